@@ -1,0 +1,17 @@
+"""Text AEC base, spaces and the Task record shared by every drmas env."""
+
+from drmas_envs.core.spaces import AnyText, observation_space
+from drmas_envs.core.task import ListTaskSource, Task, TaskSource
+from drmas_envs.core.text_env import Outcome, TextAECEnv, Turn, TurnRecord
+
+__all__ = [
+    "AnyText",
+    "observation_space",
+    "Task",
+    "TaskSource",
+    "ListTaskSource",
+    "TextAECEnv",
+    "Turn",
+    "Outcome",
+    "TurnRecord",
+]

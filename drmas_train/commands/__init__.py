@@ -1,0 +1,1 @@
+"""One module per ``drmas`` subcommand, each exposing ``main(argv) -> int``."""

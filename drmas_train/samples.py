@@ -1,0 +1,79 @@
+"""The :class:`Sample` record: one agent call, the unit that rollout produces and the trainer consumes.
+
+Shape legend (see docs/): **B** samples in a batch (one per agent call), **T** response tokens, **G** rollouts
+per task (group size), **N** tasks per batch, **A** agents per episode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["Sample"]
+
+
+@dataclasses.dataclass
+class Sample:
+    """One agent call inside one trajectory.
+
+    Attributes:
+        uid: prompt-group id, shared by the G rollouts of one task and distinct across tasks.
+        traj_uid: trajectory id, shared by every call of one episode.
+        agent_id: the env agent that made the call (e.g. ``"solver"``).
+        model_id: the model (key of the agent→model assignment) that generated it.
+        turn: index of this call in its episode (0-based, counting all agents' calls).
+        agent_turn: index of this call among its agent's calls in the episode (0-based).
+        prompt_ids: prompt token ids (list[int], length P), chat template applied.
+        response_ids: response token ids (list[int], length T).
+        old_logprobs: log-probability of each response token under the sampling policy
+            (list[float], length T, float32 precision).
+        response_mask: 1 for tokens that count in the loss, 0 for padding/truncation (list[int], length T).
+        prompt_text, response_text: the decoded strings (``response_text`` is the env action).
+        is_action_valid: whether the env judged the action valid.
+        reward: this call's score: the episode reward minus this call's format penalty.
+        won, score: per-trajectory outcome (``score`` = episode reward before penalties).
+        data_source, task_id: the task's tags.
+        finish_reason: ``"stop"`` or ``"length"``.
+        extra: free-form, JSON-serialisable.
+    """
+
+    uid: str
+    traj_uid: str
+    agent_id: str
+    model_id: str
+    turn: int
+    agent_turn: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]
+    response_mask: list[int]
+    prompt_text: str = ""
+    response_text: str = ""
+    is_action_valid: bool = True
+    reward: float = 0.0
+    won: bool = False
+    score: float = 0.0
+    data_source: str = ""
+    task_id: str = ""
+    finish_reason: str = "stop"
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; :meth:`from_dict` is its exact inverse."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Sample:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: naming missing or unknown fields.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(row) - names)
+        if unknown:
+            raise ValueError(f"unknown Sample field(s) {unknown}; known: {sorted(names)}")
+        try:
+            return cls(**row)
+        except TypeError as err:
+            raise ValueError(f"cannot build a Sample from row with keys {sorted(row)}: {err}") from err
