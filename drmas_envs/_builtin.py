@@ -3,6 +3,10 @@
 from drmas_envs.registration import register
 
 # Math (drmas_envs/math/)
-# register("math-solver-v0", "drmas_envs.math.solver:env")
+register("math-solver-v0", "drmas_envs.math.solver:env")
+register("math-solver-verifier-v0", "drmas_envs.math.solver_verifier:env")
+register("math-generator-verifier-refiner-v0", "drmas_envs.math.generator_verifier_refiner:env")
 # Search (drmas_envs/search/)
+register("search-orchestrator-v0", "drmas_envs.search.orchestrator:env")
+register("search-r1-v0", "drmas_envs.search.search_r1:env")
 _ = register

@@ -1,0 +1,188 @@
+"""Row formats: how one record of a benchmark file becomes a :class:`~drmas_envs.core.Task`.
+
+A *format* is a name plus the fields a row must have and a converter. File and Hugging Face loaders look
+formats up here by name, or infer one from the first row (:func:`infer_format`). Other packages plug their own
+formats in with :func:`register_format` (QA formats such as HotpotQA / FlashRAG / Search-R1 live under
+``drmas_envs/search/`` and register there; list their module in :data:`FORMAT_MODULES` so inference sees them).
+
+Built-in (math) formats:
+
+=========  ====================================  =========================================================
+name       required fields                       ground truth
+=========  ====================================  =========================================================
+``gsm8k``  ``question``, ``answer``              the text after ``#### `` in ``answer`` (``1,000`` -> ``1000``)
+``math``   ``problem``, ``answer``               ``answer`` (MATH / MATH-500; also AIME / AMC, numbers -> str)
+``tasks``  ``task_id``, ``data_source``,         ``answer`` (``Task.to_dict`` rows, round trip)
+           ``question``, ``answer``
+=========  ====================================  =========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from drmas_envs.core import Task
+
+__all__ = [
+    "DataFormatError",
+    "RowFormat",
+    "FORMAT_MODULES",
+    "register_format",
+    "get_format",
+    "formats",
+    "infer_format",
+]
+
+#: Modules that register formats when imported; imported on the first lookup. Add yours with one line.
+FORMAT_MODULES: list[str] = []
+
+
+class DataFormatError(ValueError):
+    """A data row (or a whole file) does not fit its format; the message names the file, line and field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RowFormat:
+    """How to turn one row into a Task.
+
+    Attributes:
+        name: format name (``"gsm8k"``).
+        required: fields every row must have (checked before ``to_task`` runs).
+        to_task: ``(row, index, data_source) -> Task``; ``index`` is the 0-based row number. It raises
+            ``DataFormatError`` (without location: the loader adds file and line) for bad values.
+        detect: extra test on the first row used by :func:`infer_format` (default: has all ``required``).
+        default_data_source: tag when neither the caller nor the file name gives one.
+    """
+
+    name: str
+    required: tuple[str, ...]
+    to_task: Callable[[Mapping[str, Any], int, str], Task]
+    detect: Callable[[Mapping[str, Any]], bool] | None = None
+    default_data_source: str | None = None
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        """Whether ``row`` has every required field (and passes ``detect``)."""
+        return all(f in row for f in self.required) and (self.detect is None or self.detect(row))
+
+
+_FORMATS: dict[str, RowFormat] = {}
+_loaded_modules: set[str] = set()
+
+
+def register_format(fmt: RowFormat, *, aliases: tuple[str, ...] = ()) -> RowFormat:
+    """Add ``fmt`` (and optional alias names) to the format registry.
+
+    Raises:
+        ValueError: if the name or an alias is already registered.
+    """
+    for name in (fmt.name, *aliases):
+        if name in _FORMATS:
+            raise ValueError(f"data format {name!r} is already registered")
+        _FORMATS[name] = fmt
+    return fmt
+
+
+def _load_plugins() -> None:
+    for module in FORMAT_MODULES:
+        if module not in _loaded_modules:
+            importlib.import_module(module)
+            _loaded_modules.add(module)
+
+
+def formats() -> dict[str, RowFormat]:
+    """Every registered format by name (aliases included)."""
+    _load_plugins()
+    return dict(_FORMATS)
+
+
+def get_format(name: str) -> RowFormat:
+    """The format called ``name``.
+
+    Raises:
+        DataFormatError: unknown name (the message lists the known ones).
+    """
+    known = formats()
+    if name not in known:
+        raise DataFormatError(f"unknown data format {name!r}; known formats: {', '.join(sorted(known))}")
+    return known[name]
+
+
+def infer_format(row: Mapping[str, Any], where: str) -> RowFormat:
+    """The format of ``row``: among formats it matches, the one with the most required fields.
+
+    Raises:
+        DataFormatError: no format matches (names ``where``, the row's fields and what each format needs).
+    """
+    candidates = [f for f in dict.fromkeys(formats().values()) if f.matches(row)]
+    if not candidates:
+        needs = "; ".join(f"{f.name}: {', '.join(f.required)}" for f in dict.fromkeys(formats().values()))
+        raise DataFormatError(
+            f"{where}: cannot infer the data format from fields {sorted(row)}; pass format=... "
+            f"(known formats and their required fields: {needs})"
+        )
+    return max(candidates, key=lambda f: len(f.required))
+
+
+def _text(row: Mapping[str, Any], field: str) -> str:
+    value = row[field]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise DataFormatError(f"field {field!r} must be a string or a number, got {type(value).__name__}")
+    return value if isinstance(value, str) else str(value)
+
+
+_GSM8K_NUMBER = re.compile(r"-?[\d,]*\d(\.\d+)?")
+
+
+def gsm8k_final_answer(solution: str) -> str:
+    """The final answer after ``#### `` of a GSM8K solution, thousands commas removed (``"1,000"`` -> ``"1000"``).
+
+    Raises:
+        DataFormatError: no ``####`` marker, or nothing after it.
+    """
+    if "####" not in solution:
+        raise DataFormatError("field 'answer' has no '#### <final answer>' marker (GSM8K format)")
+    final = solution.rsplit("####", 1)[1].strip()
+    if not final:
+        raise DataFormatError("field 'answer' has nothing after '####' (GSM8K format)")
+    return final.replace(",", "") if _GSM8K_NUMBER.fullmatch(final) else final
+
+
+def _gsm8k_task(row: Mapping[str, Any], index: int, data_source: str) -> Task:
+    solution = _text(row, "answer")
+    task_id = str(row.get("id", f"{data_source}-{index}"))
+    return Task(
+        task_id, data_source, _text(row, "question"), gsm8k_final_answer(solution), {"solution": solution}
+    )
+
+
+def _math_task(row: Mapping[str, Any], index: int, data_source: str) -> Task:
+    extra = {k: row[k] for k in ("solution", "subject", "level", "unique_id", "year", "url") if k in row}
+    task_id = str(row.get("unique_id", row.get("id", f"{data_source}-{index}")))
+    return Task(task_id, data_source, _text(row, "problem"), _text(row, "answer").strip(), extra)
+
+
+def _tasks_task(row: Mapping[str, Any], index: int, data_source: str) -> Task:
+    try:
+        return Task.from_dict({**row, "data_source": row.get("data_source") or data_source})
+    except TypeError as err:
+        raise DataFormatError(str(err)) from err
+
+
+register_format(
+    RowFormat(
+        "gsm8k",
+        ("question", "answer"),
+        _gsm8k_task,
+        detect=lambda row: isinstance(row.get("answer"), str) and "####" in row["answer"],
+        default_data_source="gsm8k",
+    )
+)
+register_format(
+    RowFormat("math", ("problem", "answer"), _math_task, default_data_source="math"),
+    aliases=("math500", "aime", "amc"),
+)
+register_format(RowFormat("tasks", ("task_id", "data_source", "question", "answer"), _tasks_task))

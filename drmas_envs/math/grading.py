@@ -1,0 +1,336 @@
+r"""Math answer grading: extract the last ``\boxed{...}`` and decide equivalence with math-verify, safely.
+
+Pure rules, no env code (the envs call :func:`grade`). Two steps:
+
+1. **Extraction** (:func:`extract_boxed`): the *last* ``\boxed{...}`` or ``\fbox{...}`` in the text, nested braces
+   kept (``\boxed{\frac{1}{2}}`` -> ``\frac{1}{2}``); ``\boxed 5`` (no braces) gives ``5``. One linear scan from
+   the last marker, so a 1 MB response costs about a millisecond. An unclosed last box counts as no box; the
+   grader stops scanning a box after ``max_answer_chars`` characters (``too_long``).
+2. **Equivalence** with `math-verify <https://github.com/huggingface/Math-Verify>`_ (``parse`` + ``verify`` on
+   ``\boxed{answer}`` for both sides), never ``eval``.
+
+Safety (LLM output is untrusted). math-verify's own timeout uses ``SIGALRM``: it only works in the main thread,
+and a signal cannot interrupt a long C call (``\boxed{9^{9^{9^{9}}}}`` makes sympy compute a 370-million-digit
+power). So the grader:
+
+* applies cheap pre-checks first, in the calling process: no box -> ``no_box``; blank -> ``empty``; an answer
+  longer than ``max_answer_chars`` (default 1,000) -> ``too_long``; an answer identical (after ``strip``) to a
+  ground truth -> ``correct`` without parsing (``exact_shortcut``, on by default);
+* runs math-verify in a small **persistent worker process** (:class:`VerifyWorker`, ``python
+  drmas_envs/math/_verify_worker.py``), with its address space capped (``RLIMIT_AS``, default 1 GiB) and a
+  hard wall-clock limit per call (default 1 s). On timeout the parent SIGKILLs the worker, answers ``timeout``
+  and starts a fresh worker in the background. Start-up (importing sympy and a warm-up verification, ~1-2 s)
+  is not charged to a call; the math envs start the worker when they are constructed (``prestart``).
+  One worker serves a process; calls are serialised by a lock (a verify takes ~0.2-20 ms). A worker started
+  before ``os.fork`` is not shared with the child: the child starts its own.
+
+Reasons (``GradeResult.reason``): ``correct``, ``mismatch``, ``no_box``, ``empty``, ``too_long``, ``timeout``,
+``parse_error`` (math-verify raised or ran out of memory).
+
+Example:
+    >>> grade(r"so the answer is \boxed{\dfrac{1}{2}}", "0.5")
+    GradeResult(extracted='\\dfrac{1}{2}', correct=True, reason='correct')
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "GradeResult",
+    "REASONS",
+    "extract_boxed",
+    "VerifyWorker",
+    "MathGrader",
+    "default_grader",
+    "grade",
+]
+
+#: Every value ``GradeResult.reason`` can take.
+REASONS = ("correct", "mismatch", "no_box", "empty", "too_long", "timeout", "parse_error")
+
+_BOX_MARKERS = ("\\boxed", "\\fbox")
+_BRACE_RE = re.compile(r"[{}]")
+_WORKER_SCRIPT = Path(__file__).with_name("_verify_worker.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class GradeResult:
+    """The grade of one answer.
+
+    Attributes:
+        extracted: the answer that was compared (box content or the pre-extracted answer), ``None`` if no box.
+        correct: whether it equals a ground truth.
+        reason: one of :data:`REASONS`.
+    """
+
+    extracted: str | None
+    correct: bool
+    reason: str
+
+    @property
+    def score(self) -> float:
+        """1.0 if correct else 0.0."""
+        return 1.0 if self.correct else 0.0
+
+
+def extract_boxed(text: str) -> str | None:
+    r"""Content of the last ``\boxed{...}`` / ``\fbox{...}`` in ``text`` (nested braces kept), else ``None``.
+
+    ``\boxed 42`` (space, no braces) gives ``"42"``. An unclosed last box gives ``None``. Runs in O(len(text)).
+
+    Raises:
+        TypeError: if ``text`` is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"extract_boxed expects a str, got {type(text).__name__}")
+    return _scan_boxed(text, None)[0]
+
+
+def _scan_boxed(text: str, max_chars: int | None) -> tuple[str | None, bool]:
+    """``(content, too_long)``: like :func:`extract_boxed`, but a box still open after ``max_chars`` characters
+    of content stops the scan at once (``(None, True)``), so adversarial nesting cannot cost a full pass."""
+    start, marker = max((text.rfind(m), m) for m in _BOX_MARKERS)
+    if start < 0:
+        return None, False
+    i = start + len(marker)
+    if i < len(text) and text[i] == "{":
+        stop = len(text) if max_chars is None else min(len(text), i + max_chars + 2)
+        depth = 0
+        for brace in _BRACE_RE.finditer(text, i, stop):  # C-speed skip over everything that is not a brace
+            depth += 1 if brace.group() == "{" else -1
+            if depth == 0:
+                return text[i + 1 : brace.start()], False
+        return None, stop < len(text)  # unclosed (or not closed within max_chars)
+    if i < len(text) and text[i] == " ":
+        rest = text[i : i + (max_chars or len(text)) + 64].lstrip(" ")
+        token = rest.split(None, 1)[0] if rest.strip() else ""
+        return token.rstrip("$.,") or None, False
+    return None, False
+
+
+class VerifyWorker:
+    """A persistent math-verify process with a hard per-call time limit and a memory cap.
+
+    Args:
+        memory_limit_bytes: ``RLIMIT_AS`` of the worker (default 1 GiB; 0 = no cap).
+        startup_timeout_s: how long to wait for a (re)started worker to import math-verify.
+
+    Not charged to a call's time limit: waiting for the worker to be ready. POSIX only (``select`` on pipes).
+    """
+
+    def __init__(self, memory_limit_bytes: int = 1 << 30, startup_timeout_s: float = 120.0) -> None:
+        self.memory_limit_bytes = int(memory_limit_bytes)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid_owner = -1  # os.getpid() of the process that started _proc
+        self._ready = False
+        self._buffer = b""
+        self.restarts = 0  # how many times a worker was killed (timeouts, crashes)
+
+    def _spawn(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, str(_WORKER_SCRIPT), str(self.memory_limit_bytes)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
+        self._pid_owner = os.getpid()
+        self._ready = False
+        self._buffer = b""
+
+    def _readline(self, deadline: float) -> str | None:
+        """One line from the worker, or ``None`` if ``deadline`` (time.monotonic) passes or the worker died."""
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:  # EOF: the worker exited (e.g. killed by the memory cap)
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode("utf-8", errors="replace")
+
+    def prestart(self) -> None:
+        """Start the worker process now without waiting for it (it imports while the caller works on)."""
+        with self._lock:
+            if self._proc is None or self._pid_owner != os.getpid() or self._proc.poll() is not None:
+                self._spawn()
+
+    def _ensure_ready(self) -> None:
+        if self._proc is None or self._pid_owner != os.getpid() or self._proc.poll() is not None:
+            self._spawn()
+        if not self._ready:
+            line = self._readline(time.monotonic() + self.startup_timeout_s)
+            if line != "ready":
+                self._kill()
+                raise RuntimeError(
+                    f"the math-verify worker ({_WORKER_SCRIPT}) did not start within {self.startup_timeout_s} s; "
+                    f"check that math-verify is installed for {sys.executable}"
+                )
+            self._ready = True
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._pid_owner == os.getpid():
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+        self._ready = False
+
+    def verify(self, pred: str, golds: Sequence[str], timeout_s: float) -> tuple[bool, str | None]:
+        """Whether ``pred`` equals any of ``golds`` (extracted answers), within ``timeout_s`` seconds.
+
+        Returns:
+            ``(ok, error)``: ``error`` is ``None``, ``"timeout"`` (the worker was killed and is restarting)
+            or math-verify's exception text.
+        """
+        with self._lock:
+            self._ensure_ready()
+            assert self._proc is not None and self._proc.stdin is not None
+            try:
+                self._proc.stdin.write((json.dumps({"pred": pred, "golds": list(golds)}) + "\n").encode())
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                self._kill()
+                self.restarts += 1
+                self._spawn()
+                return False, "worker died"
+            line = self._readline(time.monotonic() + timeout_s)
+            if line is None:
+                self._kill()
+                self.restarts += 1
+                self._spawn()  # start the replacement now; it imports while the caller moves on
+                return False, "timeout"
+            reply = json.loads(line)
+            return bool(reply["ok"]), reply["error"]
+
+    def close(self) -> None:
+        """Stop the worker (safe to call twice); a later :meth:`verify` starts a new one."""
+        with self._lock:
+            self._kill()
+
+
+@dataclasses.dataclass
+class MathGrader:
+    """Grades answers against ground truths (see the module docstring for the rules and reasons).
+
+    Args:
+        timeout_s: hard wall-clock limit of one math-verify call, in seconds (> 0).
+        max_answer_chars: longer extracted answers are ``too_long`` without parsing.
+        exact_shortcut: an answer identical to a ground truth (after ``strip``) is correct without math-verify.
+        worker: the :class:`VerifyWorker` to use (default: one shared per process).
+
+    Raises:
+        ValueError: non-positive ``timeout_s`` or ``max_answer_chars``.
+    """
+
+    timeout_s: float = 1.0
+    max_answer_chars: int = 1000
+    exact_shortcut: bool = True
+    worker: VerifyWorker | None = None
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s!r}")
+        if not self.max_answer_chars > 0:
+            raise ValueError(f"max_answer_chars must be > 0, got {self.max_answer_chars!r}")
+
+    def prestart(self) -> None:
+        """Start this grader's worker in the background (envs call it at construction)."""
+        (self.worker if self.worker is not None else default_worker()).prestart()
+
+    def grade(
+        self, response: str, ground_truth: str | Sequence[str], *, pre_extracted: bool = False
+    ) -> GradeResult:
+        r"""Grade ``response`` (text with a ``\boxed{}``, or the answer itself if ``pre_extracted``).
+
+        ``ground_truth`` is one answer string or several acceptable ones (extracted form, no ``\boxed``).
+
+        Raises:
+            TypeError: ``response`` or a ground truth is not a str.
+            ValueError: no ground truth given.
+        """
+        if not isinstance(response, str):
+            raise TypeError(f"response must be a str, got {type(response).__name__}")
+        golds = (ground_truth,) if isinstance(ground_truth, str) else tuple(ground_truth)
+        if not golds or not all(isinstance(g, str) for g in golds):
+            raise ValueError(
+                f"ground_truth must be a str or a non-empty sequence of str, got {ground_truth!r}"
+            )
+        if pre_extracted:
+            answer: str | None = response
+        else:
+            answer, too_long = _scan_boxed(response, self.max_answer_chars)
+            if too_long:
+                return GradeResult(None, False, "too_long")
+        if answer is None:
+            return GradeResult(None, False, "no_box")
+        answer = answer.strip()
+        if not answer:
+            return GradeResult(answer, False, "empty")
+        if len(answer) > self.max_answer_chars:
+            return GradeResult(answer[: self.max_answer_chars] + "...", False, "too_long")
+        golds = tuple(g.strip() for g in golds)
+        if self.exact_shortcut and answer in golds:
+            return GradeResult(answer, True, "correct")
+        worker = self.worker if self.worker is not None else default_worker()
+        ok, error = worker.verify(answer, golds, self.timeout_s)
+        if error == "timeout":
+            return GradeResult(answer, False, "timeout")
+        if error is not None:
+            return GradeResult(answer, False, "parse_error")
+        return GradeResult(answer, ok, "correct" if ok else "mismatch")
+
+
+_DEFAULT_WORKER: VerifyWorker | None = None
+_DEFAULT_GRADER: MathGrader | None = None
+
+
+def default_worker() -> VerifyWorker:
+    """The process-wide :class:`VerifyWorker` (created on first use, stopped at exit)."""
+    global _DEFAULT_WORKER
+    if _DEFAULT_WORKER is None:
+        _DEFAULT_WORKER = VerifyWorker()
+        atexit.register(_DEFAULT_WORKER.close)
+    return _DEFAULT_WORKER
+
+
+def default_grader() -> MathGrader:
+    """A :class:`MathGrader` with default settings (1 s, 1,000 chars, exact shortcut on)."""
+    global _DEFAULT_GRADER
+    if _DEFAULT_GRADER is None:
+        _DEFAULT_GRADER = MathGrader()
+    return _DEFAULT_GRADER
+
+
+def grade(
+    response: str,
+    ground_truth: str | Sequence[str],
+    *,
+    pre_extracted: bool = False,
+    timeout_s: float | None = None,
+) -> GradeResult:
+    """Grade with the default :class:`MathGrader` (``timeout_s`` overrides its 1 s limit for this call)."""
+    grader = (
+        default_grader() if timeout_s is None else dataclasses.replace(default_grader(), timeout_s=timeout_s)
+    )
+    return grader.grade(response, ground_truth, pre_extracted=pre_extracted)

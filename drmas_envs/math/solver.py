@@ -1,0 +1,92 @@
+r"""# Math Solver (``math-solver-v0``): one Solver turn, graded
+
+| | |
+|---|---|
+| Create | ``drmas_envs.make("math-solver-v0", data=None)`` |
+| Agents | ``["solver"]`` (role "Solver Agent") |
+| Turn order | solver (one call) |
+| Action | free text (any ``str``) |
+| Observation | ``{"prompt": str, "messages": ({"role": "user", "content": str},)}`` |
+| Default tasks | reasoning-gym ``gsm_symbolic``, 1,000 tasks from seed 0 (offline) |
+
+The single-agent baseline of the Dr. MAS math experiments (arXiv 2602.08847): the Solver sees the problem (same
+prompt as in ``math-solver-verifier-v0``, with an empty team context) and ends with ``\boxed{...}``.
+
+## Rewards
+
+| Event | Solver |
+|---|---|
+| boxed answer correct (math-verify, :mod:`drmas_envs.math.grading`) | +1 |
+| wrong / no box / timeout | 0 |
+| the call has no non-blank ``\boxed{}`` (invalid) | -0.1 |
+
+## Termination vs truncation
+
+The episode **terminates** after the one call; it is never truncated. Final infos: ``won``, ``score``,
+``extracted``, ``grade_reason``, ``ground_truth``.
+
+## Arguments
+
+``data`` (task spec or TaskSource), ``format_penalty`` (0.1), ``prompts`` (keys ``env``, ``solver``),
+``size`` / ``data_seed`` (reasoning-gym source), ``max_quote_chars`` (unused: no teammates), ``grade_timeout_s``
+(1.0), ``render_mode``.
+
+## Version history
+
+* v0 (drmas 0.1.0): initial version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from drmas_envs.core import TaskSource, Turn
+from drmas_envs.math import prompts as P
+from drmas_envs.math.team import MathTeamEnv, make_factories
+
+__all__ = ["raw_env", "env", "parallel_env"]
+
+
+class raw_env(MathTeamEnv):  # noqa: N801 - PettingZoo naming convention
+    """The one-call Solver env (see the module docstring for the card)."""
+
+    possible_agents = ["solver"]
+    metadata = {**MathTeamEnv.metadata, "name": "math_solver_v0"}
+    DEFAULT_PROMPTS = {"env": P.ENV_PROMPT, "solver": P.SOLVER_PROMPT}
+
+    def __init__(
+        self,
+        data: str | TaskSource | None = None,
+        *,
+        size: int = 1000,
+        data_seed: int = 0,
+        format_penalty: float = 0.1,
+        max_quote_chars: int = 4000,
+        prompts: Mapping[str, str] | None = None,
+        grade_timeout_s: float = 1.0,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(
+            data,
+            size=size,
+            data_seed=data_seed,
+            format_penalty=format_penalty,
+            max_quote_chars=max_quote_chars,
+            prompts=prompts,
+            grade_timeout_s=grade_timeout_s,
+            render_mode=render_mode,
+        )
+
+    def _start_episode(self) -> str:
+        self._solution = None
+        return "solver"
+
+    def _prompt(self, agent: str) -> tuple[str, str]:
+        return self._role_prompt(agent)
+
+    def _act(self, agent: str, text: str) -> Turn:
+        valid, info = self._propose(text)
+        return Turn(valid, None, info=info)
+
+
+env, parallel_env = make_factories(raw_env)

@@ -1,0 +1,135 @@
+r"""# Math Solver-Verifier (``math-solver-verifier-v0``): the Dr. MAS math protocol
+
+| | |
+|---|---|
+| Create | ``drmas_envs.make("math-solver-verifier-v0", data=None, max_loops=2)`` |
+| Agents | ``["solver", "verifier"]`` (roles "Solver Agent", "Verifier Agent") |
+| Turn order | solver, verifier, solver, verifier, ..., solver (at most ``2 * max_loops - 1`` calls) |
+| Action | free text (any ``str``) |
+| Observation | ``{"prompt": str, "messages": ({"role": "user", "content": str},)}`` |
+| Default tasks | reasoning-gym ``gsm_symbolic``, 1,000 tasks from seed 0 (offline) |
+
+Protocol (Dr. MAS, arXiv 2602.08847, Sec. 5 / Appendix C.1). For loop ``k = 1 .. max_loops``: the Solver
+answers, ending with ``\boxed{...}``; unless ``k == max_loops``, the Verifier reviews the most recent solution and
+ends with ``<verify>approve</verify>`` or ``<verify>reject</verify>``. *Approve* ends the episode; *reject* sends
+the Solver around again. A verifier output without a verdict tag counts as ``missing_verdict`` (default
+``"approve"``) and is an invalid call. Each agent sees the problem plus the team context: every earlier output
+of the episode, oldest first, each quoted up to ``max_quote_chars`` characters (head and tail kept).
+
+## Rewards
+
+Only the **last Solver answer** is graded (math-verify, :mod:`drmas_envs.math.grading`). At the end every agent
+gets the episode reward ``R``; each invalid call costs its agent ``format_penalty`` at that step.
+
+| Event | Solver | Verifier |
+|---|---|---|
+| last solver answer correct | +1 | +1 |
+| last solver answer wrong / no box / timeout | 0 | 0 |
+| each solver call without a non-blank ``\boxed{}`` | -0.1 | 0 |
+| each verifier call without ``<verify>approve|reject</verify>`` | 0 | -0.1 |
+
+So an agent's return is ``R - 0.1 * (its invalid calls)``; ``infos[agent]["penalty"]`` is the penalty of that call.
+
+## Termination vs truncation
+
+Episodes always **terminate** (approve, or the solver's answer in the last loop); they are never truncated:
+``max_loops`` bounds the length by construction. Final infos: ``won``, ``score``, ``extracted``,
+``grade_reason``, ``ground_truth``, ``loops``, ``verdicts``.
+
+## Arguments
+
+``data`` (task spec or TaskSource), ``max_loops`` (>= 1, default 2), ``missing_verdict`` (``"approve"`` |
+``"reject"``), ``format_penalty`` (0.1), ``max_quote_chars`` (4000), ``prompts`` (overrides of keys ``env``,
+``solver``, ``verifier``), ``size`` / ``data_seed`` (reasoning-gym source), ``grade_timeout_s`` (1.0),
+``render_mode``. Per-step infos: solver ``extracted``, ``loop``; verifier ``verdict``, ``verdict_found``, ``loop``.
+
+## Version history
+
+* v0 (drmas 0.1.0): initial version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from drmas_envs.core import TaskSource, Turn
+from drmas_envs.math import prompts as P
+from drmas_envs.math.team import VERDICTS, MathTeamEnv, make_factories, parse_verdict
+
+__all__ = ["raw_env", "env", "parallel_env"]
+
+
+class raw_env(MathTeamEnv):  # noqa: N801 - PettingZoo naming convention
+    """The Solver-Verifier env (see the module docstring for the card).
+
+    Raises:
+        ValueError: ``max_loops`` < 1 or ``missing_verdict`` not in ``("approve", "reject")``, plus
+            :class:`~drmas_envs.math.team.MathTeamEnv`'s errors.
+    """
+
+    possible_agents = ["solver", "verifier"]
+    metadata = {**MathTeamEnv.metadata, "name": "math_solver_verifier_v0"}
+    DEFAULT_PROMPTS = {"env": P.ENV_PROMPT, "solver": P.SOLVER_PROMPT, "verifier": P.VERIFIER_PROMPT}
+
+    def __init__(
+        self,
+        data: str | TaskSource | None = None,
+        *,
+        max_loops: int = 2,
+        missing_verdict: str = "approve",
+        size: int = 1000,
+        data_seed: int = 0,
+        format_penalty: float = 0.1,
+        max_quote_chars: int = 4000,
+        prompts: Mapping[str, str] | None = None,
+        grade_timeout_s: float = 1.0,
+        render_mode: str | None = None,
+    ) -> None:
+        if isinstance(max_loops, bool) or not isinstance(max_loops, int) or max_loops < 1:
+            raise ValueError(f"max_loops must be an int >= 1, got {max_loops!r}")
+        if missing_verdict not in VERDICTS:
+            raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {missing_verdict!r}")
+        self.max_loops = max_loops
+        self.missing_verdict = missing_verdict
+        super().__init__(
+            data,
+            size=size,
+            data_seed=data_seed,
+            format_penalty=format_penalty,
+            max_quote_chars=max_quote_chars,
+            prompts=prompts,
+            grade_timeout_s=grade_timeout_s,
+            render_mode=render_mode,
+        )
+
+    def _start_episode(self) -> str:
+        self.loop = 1
+        self.verdicts: list[str] = []
+        self._solution = None
+        return "solver"
+
+    def _prompt(self, agent: str) -> tuple[str, str]:
+        return self._role_prompt(agent, reviewed=P.ROLE_NAMES["solver"])
+
+    def _act(self, agent: str, text: str) -> Turn:
+        if agent == "solver":
+            valid, info = self._propose(text)
+            info["loop"] = self.loop
+            last = self.loop == self.max_loops
+            return Turn(valid, None if last else "verifier", info=info)
+        verdict = parse_verdict(text)
+        decided = verdict or self.missing_verdict
+        self.verdicts.append(decided)
+        info = {"verdict": decided, "verdict_found": verdict is not None, "loop": self.loop}
+        if decided == "approve":
+            return Turn(verdict is not None, None, info=info)
+        self.loop += 1
+        return Turn(verdict is not None, "solver", info=info)
+
+    def _episode_outcome(self):
+        outcome = super()._episode_outcome()
+        outcome.info.update(loops=self.loop, verdicts=list(self.verdicts))
+        return outcome
+
+
+env, parallel_env = make_factories(raw_env)

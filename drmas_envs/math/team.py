@@ -1,0 +1,134 @@
+r"""Shared machinery of the math team envs: tasks, grading, team context, verdict parsing, module factories.
+
+The protocol of each env (who acts when) lives in its own module (``solver.py``, ``solver_verifier.py``,
+``generator_verifier_refiner.py``); this module holds only what they share.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from drmas_envs.core import Outcome, TaskSource, TextAECEnv
+from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
+from drmas_envs.math import prompts as P
+from drmas_envs.math.grading import MathGrader, extract_boxed
+
+__all__ = ["MathTeamEnv", "parse_verdict", "VERDICTS", "make_factories"]
+
+VERDICTS = ("approve", "reject")
+_VERDICT_RE = re.compile(r"<verify>\s*(approve|reject)\s*</verify>", re.IGNORECASE)
+
+
+def parse_verdict(text: str) -> str | None:
+    """The last ``<verify>approve|reject</verify>`` verdict in ``text`` (case and inner spaces ignored), else None."""
+    found = _VERDICT_RE.findall(text)
+    return found[-1].lower() if found else None
+
+
+class MathTeamEnv(TextAECEnv):
+    """Base of the math envs: one problem, a team of text agents, the last solution graded by math-verify.
+
+    Subclasses set ``possible_agents``, ``DEFAULT_PROMPTS`` (agent id -> template, plus ``"env"``) and implement
+    ``_start_episode`` / ``_act``; they record each proposed solution with :meth:`_propose`.
+
+    Args:
+        data: a task spec for :func:`drmas_envs.data.load_tasks` (path, ``"reasoning_gym:<name>"``, ``"hf:<id>"``)
+            or a TaskSource; default ``"reasoning_gym:gsm_symbolic"`` (``size`` tasks from ``data_seed``).
+        size, data_seed: size and seed of a reasoning-gym source (ignored for files).
+        format_penalty: reward subtracted per invalid call (Dr. MAS default 0.1).
+        max_quote_chars: at most this many characters of each teammate output are quoted in context.
+        prompts: template overrides by key (see :mod:`drmas_envs.math.prompts`).
+        grade_timeout_s: hard wall-clock limit of one math-verify call (seconds).
+        render_mode: ``None``, ``"ansi"`` or ``"human"``.
+
+    Raises:
+        ValueError: bad prompts, ``max_quote_chars`` < 1, or any error of the base / task loading.
+    """
+
+    DEFAULT_PROMPTS: Mapping[str, str] = {}
+
+    def __init__(
+        self,
+        data: str | TaskSource | None = None,
+        *,
+        size: int = 1000,
+        data_seed: int = 0,
+        format_penalty: float = 0.1,
+        max_quote_chars: int = 4000,
+        prompts: Mapping[str, str] | None = None,
+        grade_timeout_s: float = 1.0,
+        render_mode: str | None = None,
+    ) -> None:
+        if isinstance(max_quote_chars, bool) or not isinstance(max_quote_chars, int) or max_quote_chars < 1:
+            raise ValueError(f"max_quote_chars must be an int >= 1, got {max_quote_chars!r}")
+        self.prompts = P.resolve_prompts(self.DEFAULT_PROMPTS, prompts)
+        self.max_quote_chars = max_quote_chars
+        self.grader = MathGrader(timeout_s=grade_timeout_s)
+        self.grader.prestart()  # the math-verify worker imports sympy while the first episode is played
+        tasks = load_tasks(DEFAULT_MATH_SPEC if data is None else data, seed=data_seed, size=size)
+        super().__init__(tasks, format_penalty=format_penalty, render_mode=render_mode)
+        self._solution: str | None = None
+
+    # ---- helpers for subclasses ----
+    def _team_context(self) -> str:
+        return P.format_team_context([(r.agent, r.text) for r in self.history], self.max_quote_chars)
+
+    def _role_prompt(self, agent: str, **fields: str) -> tuple[str, str]:
+        question = self.task.question
+        env_prompt = self.prompts["env"].format(question=question)
+        user = self.prompts[agent].format(
+            env_prompt=env_prompt, team_context=self._team_context(), question=question, **fields
+        )
+        return "", user
+
+    def _propose(self, text: str) -> tuple[bool, dict[str, Any]]:
+        """Record ``text`` as the team's current solution; valid iff it has a non-blank box."""
+        self._solution = text
+        extracted = extract_boxed(text)
+        return bool(extracted and extracted.strip()), {"extracted": extracted}
+
+    def role(self, agent: str) -> str:
+        """Display role name (``"Solver Agent"``) of an agent id."""
+        return P.ROLE_NAMES.get(agent, agent)
+
+    def _episode_outcome(self) -> Outcome:
+        """Grade the last proposed solution: reward 1.0 if correct else 0.0."""
+        result = self.grader.grade(self._solution or "", self.task.answers)
+        return Outcome(
+            result.score,
+            result.correct,
+            {
+                "extracted": result.extracted,
+                "grade_reason": result.reason,
+                "ground_truth": self.task.answers[0],
+            },
+        )
+
+
+def make_factories(raw_env: type[TextAECEnv]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """PettingZoo-style ``env`` (``raw_env`` in ``OrderEnforcingWrapper``) and ``parallel_env`` factories.
+
+    Both carry ``raw_env``'s signature, so the registry can name an unknown keyword argument.
+    ``parallel_env`` is ``pettingzoo.utils.conversions.turn_based_aec_to_parallel`` over ``env``.
+    """
+    from pettingzoo.utils import wrappers
+    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+    signature = inspect.signature(raw_env)
+
+    @functools.wraps(raw_env, assigned=("__module__",), updated=())
+    def env(**kwargs: Any) -> Any:
+        return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
+
+    @functools.wraps(raw_env, assigned=("__module__",), updated=())
+    def parallel_env(**kwargs: Any) -> Any:
+        return turn_based_aec_to_parallel(env(**kwargs))
+
+    for factory, what in ((env, "wrapped in OrderEnforcingWrapper"), (parallel_env, "as a parallel env")):
+        factory.__signature__ = signature  # type: ignore[attr-defined]
+        factory.__doc__ = f"``{raw_env.__name__}(**kwargs)`` {what} (PettingZoo convention)."
+    return env, parallel_env

@@ -1,0 +1,142 @@
+"""Retrieval server: any in-process retriever behind the Search-R1 / Dr. MAS HTTP protocol, so many env workers
+share one index.
+
+    POST /retrieve  {"queries": [str], "topk": int | null, "return_scores": bool}
+                 -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}
+                    (without scores each per-query list holds the documents)
+    GET  /health    {"status": "ok", "retriever": name, "num_passages": int | null}
+
+Binds 127.0.0.1 unless told otherwise. FastAPI and uvicorn (``pip install 'drmas[server]'``) are imported only
+when a server is built. Limits per request: at most ``max_queries`` queries and ``max_topk`` results per
+query (HTTP 422 beyond); each query is cut to ``max_query_chars`` characters.
+"""
+
+import socket
+import threading
+import time
+from typing import Any
+
+from drmas_envs.search.retrievers.base import Retriever, RetrieverError
+
+__all__ = ["create_app", "serve", "bind_socket", "ServerThread"]
+
+
+def _require_server_deps() -> tuple[Any, Any]:
+    try:
+        import fastapi
+        import uvicorn
+    except ImportError as e:
+        raise RetrieverError(f"the retrieval server needs fastapi and uvicorn: pip install 'drmas[server]' ({e})") from e
+    return fastapi, uvicorn
+
+
+def create_app(
+    retriever: Retriever,
+    *,
+    default_topk: int = 3,
+    max_queries: int = 4096,
+    max_topk: int = 1000,
+    max_query_chars: int = 4096,
+) -> Any:
+    """A FastAPI app serving ``retriever`` with the Search-R1 ``/retrieve`` protocol (see the module doc)."""
+    fastapi, _ = _require_server_deps()
+    from pydantic import BaseModel, Field
+
+    class QueryRequest(BaseModel):
+        queries: list[str] = Field(max_length=max_queries)
+        topk: int | None = Field(default=None, ge=1, le=max_topk)
+        return_scores: bool = False
+
+    app = fastapi.FastAPI(title="drmas retrieval server", version="1")
+    # (no ``from __future__ import annotations`` in this module: FastAPI must see the local QueryRequest class)
+
+    @app.post("/retrieve")
+    def retrieve(request: QueryRequest) -> dict[str, Any]:
+        topk = request.topk or default_topk
+        queries = [q[:max_query_chars] for q in request.queries]
+        results = retriever.search(queries, topk)
+        if request.return_scores:
+            return {"result": [[{"document": p.to_document(), "score": p.score} for p in hits] for hits in results]}
+        return {"result": [[p.to_document() for p in hits] for hits in results]}
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        passages = getattr(retriever, "passages", None)
+        return {"status": "ok", "retriever": getattr(retriever, "name", type(retriever).__name__),
+                "num_passages": None if passages is None else len(passages)}
+
+    return app
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening-ready TCP socket bound to ``(host, port)`` with ``TCP_NODELAY`` (inherited by accepted
+    connections on Linux), which avoids ~40 ms Nagle / delayed-ACK stalls per small request."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def serve(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 8000, default_topk: int = 3, log_level: str = "info") -> None:
+    """Serve ``retriever`` until interrupted (blocking). Binds ``host`` (loopback by default)."""
+    _, uvicorn = _require_server_deps()
+    sock = bind_socket(host, port)
+    config = uvicorn.Config(create_app(retriever, default_topk=default_topk), log_level=log_level, lifespan="off")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+class ServerThread:
+    """Run a retrieval server in a background thread on a real socket; a context manager.
+
+    ``port=0`` lets the OS pick a free port (the socket is bound before uvicorn starts, so there is no race).
+    ``url`` is the ``/retrieve`` endpoint once started.
+
+        >>> with ServerThread(retriever) as srv:                      # doctest: +SKIP
+        ...     HTTPRetriever(srv.url).search(["q"], 3)
+
+    Raises:
+        RetrieverError: the server did not start within ``start_timeout`` seconds.
+    """
+
+    def __init__(self, retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0, default_topk: int = 3,
+                 start_timeout: float = 20.0) -> None:
+        _, uvicorn = _require_server_deps()
+        self._sock = bind_socket(host, port)
+        self.host, self.port = self._sock.getsockname()[:2]
+        config = uvicorn.Config(create_app(retriever, default_topk=default_topk), log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        self._start_timeout = start_timeout
+
+    @property
+    def url(self) -> str:
+        """``http://host:port/retrieve``."""
+        return f"http://{self.host}:{self.port}/retrieve"
+
+    def start(self) -> "ServerThread":
+        """Start serving; returns once the server accepts requests."""
+        self._thread.start()
+        deadline = time.monotonic() + self._start_timeout
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RetrieverError(f"retrieval server on {self.host}:{self.port} did not start within {self._start_timeout} s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (safe to call twice)."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> "ServerThread":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,157 @@
+"""Resolve the search envs' data arguments: which tasks, which corpus, which retriever.
+
+Defaults (no arguments): the synthetic encyclopedia (:mod:`drmas_envs.search.synthetic`) and an in-process BM25
+over its passages, so ``drmas_envs.make("search-orchestrator-v0")`` works on a fresh machine with no files.
+Everything expensive is cached per process (the encyclopedia per config, HotpotQA corpora per file, retrievers
+per corpus hash), so building many env instances builds one index.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from drmas_envs.core import TaskSource
+from drmas_envs.search.corpus import Passage, hotpotqa_corpus, load_corpus_jsonl
+from drmas_envs.search.data import load_qa_file, read_rows
+from drmas_envs.search.retrievers import Retriever, make_retriever
+from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia
+
+__all__ = ["resolve_data", "resolve_retriever", "load_corpus", "pettingzoo_factories"]
+
+
+@functools.lru_cache(maxsize=16)
+def _file_tasks_and_contexts(path: str, mtime: float, limit: int | None) -> tuple[TaskSource, tuple[Passage, ...] | None]:
+    tasks = load_qa_file(path, limit=limit)
+    rows = [row for _, row in read_rows(path)][: limit if limit is not None else None]
+    has_context = bool(rows) and all("context" in r for r in rows)
+    return tasks, (tuple(hotpotqa_corpus(rows)) if has_context else None)
+
+
+@functools.lru_cache(maxsize=16)
+def _corpus_file(path: str, mtime: float) -> tuple[Passage, ...]:
+    return tuple(load_corpus_jsonl(path))
+
+
+def resolve_data(
+    tasks: TaskSource | str | Path | None,
+    corpus: Sequence[Passage] | str | Path | None,
+    synthetic: Mapping[str, Any] | EncyclopediaConfig | None,
+    *,
+    limit: int | None = None,
+) -> tuple[TaskSource, Sequence[Passage] | None]:
+    """``(task source, corpus passages or None)`` for the env kwargs ``tasks``, ``corpus`` and ``synthetic``.
+
+    * ``tasks=None``: the synthetic encyclopedia built from ``synthetic`` (an :class:`EncyclopediaConfig` or a dict
+      of its fields); its passages are the corpus unless ``corpus`` is given.
+    * ``tasks=<path>``: a QA file (:func:`drmas_envs.search.data.load_qa_file`); for HotpotQA rows the corpus
+      defaults to the union of their context paragraphs.
+    * ``tasks=<TaskSource>``: used as is.
+    * ``corpus=<path>`` (wiki-18 JSONL) or a sequence of :class:`Passage` overrides the default corpus.
+
+    Raises:
+        TypeError: a ``synthetic`` config with ``tasks`` given, or an unknown ``synthetic`` field.
+    """
+    passages: Sequence[Passage] | None = None
+    if tasks is None:
+        if isinstance(synthetic, EncyclopediaConfig):
+            cfg = synthetic
+        else:
+            fields = dict(synthetic or {})
+            if "hops" in fields:
+                fields["hops"] = tuple(fields["hops"])
+            try:
+                cfg = EncyclopediaConfig(**fields)
+            except TypeError as e:
+                raise TypeError(f"synthetic={synthetic!r}: {e}; fields: seed, num_people, num_cities, num_companies, "
+                                "num_questions, hops, comparison_fraction, distractors, num_countries") from e
+        enc = generate_encyclopedia(cfg)
+        task_source, passages = enc.tasks, enc.passages
+    elif synthetic is not None:
+        raise TypeError("synthetic=... configures the default synthetic encyclopedia; it cannot be combined with tasks=...")
+    elif isinstance(tasks, (str, Path)):
+        path = Path(tasks)
+        if not path.is_file():
+            raise FileNotFoundError(f"tasks file {path} not found (give a QA .jsonl/.json/.parquet, or tasks=None for the synthetic default)")
+        task_source, passages = _file_tasks_and_contexts(str(path.resolve()), path.stat().st_mtime, limit)
+    elif isinstance(tasks, TaskSource):
+        task_source = tasks
+    else:
+        raise TypeError(f"tasks must be None, a path or a TaskSource, got {type(tasks).__name__}")
+    if isinstance(corpus, (str, Path)):
+        path = Path(corpus)
+        if not path.is_file():
+            raise FileNotFoundError(f"corpus file {path} not found (expected wiki-18 JSONL rows {{'id', 'contents'}})")
+        passages = _corpus_file(str(path.resolve()), path.stat().st_mtime)
+    elif corpus is not None:
+        passages = corpus
+    return task_source, passages
+
+
+def load_corpus(spec: str | Path) -> Sequence[Passage]:
+    """Passages from a corpus spec: ``"synthetic"`` (the default encyclopedia), a wiki-18 JSONL file
+    (``{"id", "contents"}`` rows), or a HotpotQA file (the union of its context paragraphs), told apart by the
+    first row.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the first row is neither a corpus row nor a HotpotQA row.
+    """
+    if str(spec) == "synthetic":
+        return generate_encyclopedia(EncyclopediaConfig()).passages
+    path = Path(spec)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus {path} not found; give 'synthetic', a wiki-18 .jsonl or a HotpotQA file")
+    first = next((row for _, row in read_rows(path)), None)
+    if first is not None and "context" in first:
+        return hotpotqa_corpus(row for _, row in read_rows(path))
+    if first is not None and ("contents" in first or "text" in first):
+        return _corpus_file(str(path.resolve()), path.stat().st_mtime)
+    raise ValueError(f"{path}: first row has fields {sorted(first or {})}; expected a corpus row {{'id', 'contents'}} "
+                     "or a HotpotQA row with 'context'")
+
+
+def resolve_retriever(retriever: str | Retriever, passages: Sequence[Passage] | None, retriever_kwargs: Mapping[str, Any] | None) -> Retriever:
+    """A retriever instance for the env kwarg ``retriever`` (a name from ``RETRIEVERS`` or any object with
+    ``search(queries, topk)``), shared across env instances via :func:`make_retriever`.
+
+    Raises:
+        ValueError: a local retriever without a corpus, or an unknown name.
+        TypeError: ``retriever`` is neither a name nor a retriever.
+    """
+    if not isinstance(retriever, str):
+        if not callable(getattr(retriever, "search", None)):
+            raise TypeError(f"retriever must be a name ('bm25', 'dense', 'http') or have .search(queries, topk), got {retriever!r}")
+        if retriever_kwargs:
+            raise TypeError("retriever_kwargs apply only when retriever is given by name")
+        return retriever
+    kwargs = dict(retriever_kwargs or {})
+    if retriever == "http":
+        return make_retriever("http", **kwargs)
+    if passages is None:
+        raise ValueError(f"the {retriever!r} retriever needs a corpus: pass corpus=<wiki-18 .jsonl> or use retriever='http'")
+    return make_retriever(retriever, passages, **kwargs)
+
+
+def pettingzoo_factories(raw_env: type) -> tuple[Any, Any]:
+    """PettingZoo-style ``env`` (``raw_env`` in ``OrderEnforcingWrapper``) and ``parallel_env``
+    (``turn_based_aec_to_parallel``) factories carrying ``raw_env``'s signature, so the registry can name an
+    unknown keyword argument. (Same convention as the math envs' factories.)"""
+    import inspect
+
+    from pettingzoo.utils import wrappers
+    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
+
+    def env(**kwargs: Any) -> Any:
+        return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
+
+    def parallel_env(**kwargs: Any) -> Any:
+        return turn_based_aec_to_parallel(env(**kwargs))
+
+    for factory, what in ((env, "wrapped in OrderEnforcingWrapper"), (parallel_env, "as a parallel env")):
+        factory.__signature__ = inspect.signature(raw_env)  # type: ignore[attr-defined]
+        factory.__doc__ = f"``{raw_env.__name__}(**kwargs)`` {what} (PettingZoo convention)."
+        factory.__module__ = raw_env.__module__
+    return env, parallel_env

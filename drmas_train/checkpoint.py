@@ -1,0 +1,171 @@
+"""Atomic checkpoints: weights (``save_pretrained``), optimizers, schedulers, RNG states, sampler cursor, config.
+
+Layout of one checkpoint (``<run dir>/checkpoints/iter_000004/``)::
+
+    models/<model_id>/      save_pretrained of the model (LoRA: the adapter only) and its tokenizer
+    optim/<model_id>.pt     ModelOptimizer.state_dict(): AdamW + LR scheduler + skipped-step counter
+    trainer_state.pt        {"iteration", "sampler", "rng": {python, numpy, torch, cuda}, "extra"}
+    config.yaml             the resolved TrainConfig
+
+Everything is written into a hidden temporary directory next to the target and then renamed into place
+(``os.rename`` of a directory is atomic on POSIX), so a process killed at any moment leaves either the previous
+complete checkpoint or the new complete one, never a partial one. :func:`latest_checkpoint` only ever sees
+complete ones.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "rng_state", "set_rng_state", "load_weights"]
+
+_NAME = re.compile(r"^iter_(\d{6,})$")
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNG states of python ``random``, numpy's legacy generator, torch CPU (and CUDA if present)."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def save_checkpoint(
+    ckpt_root: str | Path,
+    iteration: int,
+    *,
+    models: dict[str, tuple[Any, Any]],
+    optimizers: dict[str, Any],
+    sampler_state: dict[str, Any],
+    config_yaml: str,
+    extra: dict[str, Any] | None = None,
+    keep: int = 2,
+) -> Path:
+    """Write checkpoint ``iter_<iteration>`` atomically under ``ckpt_root`` and prune old ones.
+
+    Args:
+        ckpt_root: the checkpoints directory (created if needed).
+        iteration: number of completed iterations.
+        models: ``model_id -> (model, tokenizer)`` of the trainable models.
+        optimizers: ``model_id -> ModelOptimizer``.
+        sampler_state: the task sampler's state dict.
+        config_yaml: the resolved config.
+        extra: anything else picklable to restore.
+        keep: how many most recent checkpoints to keep (>= 1).
+
+    Returns:
+        the final checkpoint directory.
+    """
+    root = Path(ckpt_root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"iter_{iteration:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-iter_{iteration:06d}-", dir=root))
+    try:
+        for model_id, (model, tokenizer) in models.items():
+            model.save_pretrained(tmp / "models" / model_id)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp / "models" / model_id)
+        (tmp / "optim").mkdir()
+        for model_id, opt in optimizers.items():
+            torch.save(opt.state_dict(), tmp / "optim" / f"{model_id}.pt")
+        state = {"iteration": iteration, "sampler": sampler_state, "rng": rng_state(), "extra": extra or {}}
+        torch.save(state, tmp / "trainer_state.pt")
+        (tmp / "config.yaml").write_text(config_yaml)
+        if final.exists():  # re-saving the same iteration (e.g. after a resume): replace it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in _complete(root)[: -max(keep, 1)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _complete(root: Path) -> list[Path]:
+    found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)] if root.is_dir() else []
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+
+
+def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
+    """The most recent complete checkpoint directory under ``ckpt_root`` (None when there is none)."""
+    found = _complete(Path(ckpt_root))
+    return found[-1] if found else None
+
+
+def load_weights(model: Any, folder: str | Path) -> None:
+    """Load weights written by ``save_pretrained`` into an already built ``model`` (full model or PEFT adapter).
+
+    Raises:
+        FileNotFoundError: no safetensors file in ``folder``.
+        RuntimeError: keys of the model missing from the files (tied weights excepted).
+    """
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    if _is_peft(model):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, state)
+        return
+    result = model.load_state_dict(state, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    if isinstance(getattr(model, "_tied_weights_keys", None), dict):
+        tied = set(model._tied_weights_keys)
+    missing = [k for k in result.missing_keys if k not in tied and not k.endswith("lm_head.weight")]
+    if missing:
+        raise RuntimeError(f"checkpoint {folder} lacks weights for {missing[:5]} (+{max(len(missing) - 5, 0)} more)")
+
+
+def load_checkpoint(path: str | Path, *, models: dict[str, Any], optimizers: dict[str, Any]) -> dict[str, Any]:
+    """Restore weights and optimizer states in place, and the global RNG states; return the trainer state.
+
+    Args:
+        path: a checkpoint directory (from :func:`latest_checkpoint`).
+        models: ``model_id -> model`` to load weights into. optimizers: ``model_id -> ModelOptimizer``.
+
+    Returns:
+        ``{"iteration", "sampler", "rng", "extra"}``.
+
+    Raises:
+        FileNotFoundError: a model or optimizer of this run is absent from the checkpoint.
+    """
+    path = Path(path)
+    for model_id, model in models.items():
+        load_weights(model, path / "models" / model_id)
+    for model_id, opt in optimizers.items():
+        file = path / "optim" / f"{model_id}.pt"
+        if not file.is_file():
+            raise FileNotFoundError(f"checkpoint {path} has no optimizer state for model {model_id!r}")
+        opt.load_state_dict(torch.load(file, weights_only=False))
+    state = torch.load(path / "trainer_state.pt", weights_only=False)
+    set_rng_state(state["rng"])
+    return state

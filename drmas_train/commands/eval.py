@@ -1,0 +1,137 @@
+"""``drmas eval``: evaluate a policy on env ids x task sources and write a results directory.
+
+Examples::
+
+    drmas eval --env math-solver-verifier-v0 --policy oracle --limit 20 --k 4 --out runs/eval/oracle
+    drmas eval --env math-solver-verifier-v0 --data ../shared/data/gsm8k_test.jsonl --limit 50 \\
+        --policy llm --model smollm2-135m-instruct --k 4 --max-new-tokens 256 --out runs/eval/smollm2
+    drmas eval --env math-solver-verifier-v0 --policy llm --model smollm2-135m-instruct \\
+        --agent-model verifier=tiny-qwen3 --out runs/eval/hetero
+
+Results: ``OUT/summary.json`` and ``OUT/episodes.jsonl`` (docs/results-schema.md); rank runs with
+``drmas leaderboard``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["main", "build_parser", "config_from_args"]
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``drmas eval``."""
+    p = argparse.ArgumentParser(
+        prog="drmas eval",
+        description="Evaluate a policy (scripted baseline or LLM agents) on env ids x data sources: avg@k, pass@k.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--env", dest="envs", action="append", required=True, metavar="ENV_ID",
+                   help="env id name-vN (repeat for several)")
+    p.add_argument("--data", action="append", default=[], metavar="SPEC",
+                   help="task source: file path, reasoning_gym:<name>, hf:<id>; repeat; default: the env's own tasks")
+    p.add_argument("--limit", type=int, default=None, help="first N tasks of each source")
+    p.add_argument("--k", type=int, default=16, help="samples per task")
+    p.add_argument("--policy", default="oracle", choices=["oracle", "random", "no-search", "llm"])
+    p.add_argument("--model", default=None, help="model for every agent (policy llm): a name, path or HF id")
+    p.add_argument("--agent-model", action="append", default=[], type=_key_value, metavar="AGENT=MODEL",
+                   help="per-agent model (policy llm); repeat")
+    p.add_argument("--backend", default="hf", choices=["hf", "vllm"], help="LLM backend (policy llm)")
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--top-k", type=int, default=-1, help="-1 = off")
+    p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--max-prompt-tokens", type=int, default=None)
+    p.add_argument("--truncation", default="left", choices=["left", "middle", "error"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-tasks", type=int, default=8, help="tasks per lock-step rollout batch (policy llm)")
+    p.add_argument("--env-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
+                   help="extra env argument, value parsed as JSON when possible (e.g. max_loops=3)")
+    p.add_argument("--label", default=None, help="display name on leaderboards")
+    p.add_argument("--transcripts", action="store_true", help="store every agent call's text in episodes.jsonl")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--out", required=True, help="results directory to create (must not hold a run)")
+    return p
+
+
+def _json_or_str(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def config_from_args(args: argparse.Namespace):
+    """An :class:`~drmas_train.evaluate.EvalConfig` from parsed arguments (raises ValueError on bad values)."""
+    from drmas_train.evaluate import EvalConfig
+
+    return EvalConfig(
+        envs=args.envs,
+        data=args.data,
+        limit=args.limit,
+        k=args.k,
+        policy=args.policy,
+        model=args.model,
+        agent_models=dict(args.agent_model),
+        backend=args.backend,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_new_tokens=args.max_new_tokens,
+        max_prompt_tokens=args.max_prompt_tokens,
+        truncation=args.truncation,
+        seed=args.seed,
+        batch_tasks=args.batch_tasks,
+        env_kwargs={k: _json_or_str(v) for k, v in args.env_kwarg},
+        label=args.label,
+        transcripts=args.transcripts,
+    )
+
+
+def _report(summary: dict[str, Any]) -> str:
+    """A short console table: env, data source, tasks, avg@k and pass@k (k = the run's k)."""
+    k = summary["k"]
+    lines = [f"{'env':<34} {'data_source':<18} {'tasks':>5} {'avg@' + str(k):>9} {'pass@' + str(k):>9}"]
+    for env_id, cells in summary["metrics"].items():
+        for src, cell in cells.items():
+            est = cell["pass@k"].get(str(k))
+            pass_k = "—" if est is None else f"{100 * est['value']:.1f}%"
+            avg = f"{100 * cell['avg@k']['value']:.1f}%"
+            lines.append(f"{env_id:<34} {src:<18} {cell['num_tasks']:>5} {avg:>9} {pass_k:>9}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``drmas eval``; returns the exit code (2 on bad arguments)."""
+    args = build_parser().parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as err:
+        print(f"drmas eval: {err}", file=sys.stderr)
+        return 2
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from drmas_train.evaluate import evaluate
+    from drmas_train.results import ResultsError
+
+    try:
+        run = evaluate(config, args.out, progress=not args.no_progress)
+    except ResultsError as err:
+        print(f"drmas eval: {err}", file=sys.stderr)
+        return 2
+    print(_report(run.summary))
+    print(f"wrote {args.out} ({run.summary['num_episodes']} episodes, {run.summary['wall_time_s']:.1f} s)")
+    return 0

@@ -1,0 +1,371 @@
+"""Typed training configuration: dataclasses + OmegaConf structured configs, YAML presets, dotted overrides.
+
+One source for every default: the dataclass fields below (each documented). A preset in ``drmas_train/configs/``
+overrides only what differs; a preset may start with ``extends: <other preset>`` (only the estimator differs
+between a ``drmas_*`` preset and its ``grpo_*`` twin); a child's ``models``/``agents`` replace the parent's whole. Command-line overrides are OmegaConf dotted keys::
+
+    cfg = load_config("quickstart_math", ["rollout.group_size=4", "algorithm.estimator=grpo"])
+
+Every error (unknown key, wrong type, unknown estimator, agent without model, ...) is a :class:`ConfigError`
+raised by :func:`load_config` before anything heavy (models, envs) is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+__all__ = [
+    "ConfigError",
+    "LoraConfig",
+    "ModelConfig",
+    "EnvConfig",
+    "RolloutConfig",
+    "AlgorithmConfig",
+    "OptimConfig",
+    "EvalConfig",
+    "RunConfig",
+    "TrainConfig",
+    "DEFAULT_PRESET",
+    "list_presets",
+    "preset_path",
+    "load_config",
+    "validate_config",
+    "to_yaml",
+]
+
+#: preset used by ``drmas train`` when no ``--config`` is given.
+DEFAULT_PRESET = "quickstart_math"
+
+
+class ConfigError(ValueError):
+    """The training configuration is invalid; the message names the key, the bad value and what is accepted."""
+
+
+@dataclass
+class LoraConfig:
+    """LoRA adapter settings (peft ``LoraConfig``; Hu et al. 2021, arXiv 2106.09685)."""
+
+    r: int = 16
+    """adapter rank."""
+    alpha: int = 32
+    """scaling numerator (scale = alpha / r)."""
+    dropout: float = 0.0
+    """dropout on the adapter input."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """module names that get adapters."""
+
+
+@dataclass
+class ModelConfig:
+    """One model of the agent -> model assignment; agents naming the same model key share its weights."""
+
+    name_or_path: str = "smollm2-135m-instruct"
+    """a named offline model (``smollm2-135m-instruct``, ``tiny-qwen3``, ...), a local path or an HF id."""
+    dtype: str = "float32"
+    """``float32`` | ``bfloat16`` | ``float16``."""
+    device: str = "cpu"
+    """torch device, e.g. ``cpu`` or ``cuda:0``."""
+    backend: str = "hf"
+    """rollout backend: ``hf`` (transformers, the default) or ``vllm``."""
+    trainable: bool = True
+    """False: the model acts but is never updated (a frozen agent)."""
+    lora: LoraConfig | None = None
+    """train LoRA adapters instead of all weights (null = full fine-tuning)."""
+    lr: float | None = None
+    """per-model override of ``optim.lr``."""
+    weight_decay: float | None = None
+    """per-model override of ``optim.weight_decay``."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """passed to the chat template (e.g. ``{enable_thinking: false}`` for Qwen3)."""
+
+
+@dataclass
+class EnvConfig:
+    """The environment: ``drmas_envs.make(id, data=data, **kwargs)``."""
+
+    id: str = "math-solver-verifier-v0"
+    """registered env id."""
+    data: str | None = "reasoning_gym:gsm_symbolic"
+    """training tasks, passed to the env as ``data=``: a JSONL/Parquet path, ``reasoning_gym:<name>`` or
+    ``hf:<id>`` (:func:`drmas_envs.data.load.load_tasks`); null = the env's own default tasks."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """extra env arguments (e.g. ``max_loops``, ``format_penalty``)."""
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling and batch shape of one iteration (N tasks x G rollouts)."""
+
+    batch_size: int = 4
+    """N: tasks per iteration (the paper's "prompts per iteration")."""
+    group_size: int = 4
+    """G: rollouts per task sharing one ``uid`` (GRPO group size n)."""
+    temperature: float = 1.0
+    """sampling temperature (> 0 for training)."""
+    top_p: float = 1.0
+    """nucleus mass in (0, 1]."""
+    top_k: int = -1
+    """-1 = off."""
+    max_new_tokens: int = 256
+    """response length limit per agent call, in tokens."""
+    max_prompt_tokens: int = 2048
+    """prompt length limit per agent call, in tokens."""
+    truncation: str = "left"
+    """``left`` | ``middle`` | ``error`` (see :func:`drmas_train.backends.base.truncate_ids`)."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage estimator and PPO loss (defaults: the Dr. MAS / verl reference)."""
+
+    estimator: str = "drmas"
+    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` (:mod:`drmas_train.advantages`)."""
+    norm_by_std: bool = True
+    """divide by the group std (False = Dr. GRPO, arXiv 2503.20783)."""
+    eps: float = 1e-6
+    """added to the std."""
+    unbiased_std: bool = True
+    """n-1 std as the reference (``torch.std``)."""
+    ppo_epochs: int = 1
+    """passes over each iteration's samples."""
+    mini_batches: int = 1
+    """optimizer steps per epoch (the batch is split into this many mini-batches)."""
+    clip_low: float = 0.2
+    """PPO lower clip epsilon."""
+    clip_high: float = 0.2
+    """PPO upper clip epsilon (DAPO clip-higher: 0.28)."""
+    dual_clip_c: float | None = 3.0
+    """dual-clip constant (null = off)."""
+    loss_agg: str = "token-mean"
+    """``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``."""
+    kl_coef: float = 0.0
+    """KL(pi || pi_ref) weight; 0 = off (reference default). > 0 keeps a frozen copy of each trained model."""
+    kl_estimator: str = "k3"
+    """``k1`` | ``k3``."""
+    entropy_coef: float = 0.0
+    """entropy bonus weight."""
+
+
+@dataclass
+class OptimConfig:
+    """AdamW per trainable model (defaults from the reference: lr 1e-6, weight decay 0.01)."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 0
+    """linear warm-up, in optimizer steps; constant afterwards."""
+    grad_clip: float = 1.0
+    """max total grad norm per model (the pre-clip norm is logged)."""
+    micro_batch_tokens: int = 8192
+    """token budget (padded prompt + response tokens) of one forward/backward micro-batch."""
+
+
+@dataclass
+class EvalConfig:
+    """Periodic validation: avg@k / pass@k on held-out tasks."""
+
+    every: int = 0
+    """iterations between evaluations (0 = never; also run at the end when > 0)."""
+    data: str | None = None
+    """task source (default: ``env.data``)."""
+    size: int = 16
+    """number of validation tasks (the first ``size`` of the source)."""
+    k: int = 4
+    """samples per task."""
+    temperature: float = 1.0
+
+
+@dataclass
+class RunConfig:
+    """Iterations, outputs and bookkeeping."""
+
+    iterations: int = 10
+    """training iterations (one rollout + update each)."""
+    dir: str = "runs/drmas"
+    """run directory: metrics.jsonl, tensorboard/, checkpoints/, plots."""
+    save_every: int = 0
+    """checkpoint every this many iterations (0 = only at the end)."""
+    keep_checkpoints: int = 2
+    """how many most recent checkpoints to keep."""
+    num_threads: int = 0
+    """torch CPU threads (0 = torch default)."""
+    progress: bool = True
+    """progress bars on the console."""
+    tensorboard: bool = True
+    """write TensorBoard event files."""
+    plot: bool = True
+    """write reward / grad-norm PNG at the end."""
+
+
+@dataclass
+class TrainConfig:
+    """The whole training configuration (what is saved in every checkpoint)."""
+
+    seed: int = 0
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    models: dict[str, ModelConfig] = field(default_factory=dict)
+    """model key -> model."""
+    agents: dict[str, str] = field(default_factory=dict)
+    """env agent id -> model key."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def _configs_dir():
+    return Path(__file__).resolve().parent / "configs"  # package data (pyproject: drmas_train/configs/*.yaml)
+
+
+def list_presets() -> list[str]:
+    """Names of the bundled YAML presets (package data, so they work from an installed wheel)."""
+    return sorted(p.name[:-5] for p in _configs_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def preset_path(name_or_path: str) -> Any:
+    """Resolve ``name_or_path``: an existing YAML file, else a bundled preset name (``.yaml`` optional).
+
+    Raises:
+        ConfigError: neither; lists the presets and suggests the closest.
+    """
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
+    candidate = _configs_dir() / f"{stem}.yaml"
+    if candidate.is_file():
+        return candidate
+    presets = list_presets()
+    close = difflib.get_close_matches(stem, presets, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"config {name_or_path!r} is neither a YAML file nor a preset; presets: {presets}.{hint}")
+
+
+#: top-level mappings that a child preset (``extends:``) replaces instead of merging into.
+_REPLACED_ON_EXTEND = ("models", "agents")
+
+
+def _read_yaml(name_or_path: str, seen: tuple[str, ...] = ()) -> DictConfig:
+    src = preset_path(name_or_path)
+    try:
+        node = OmegaConf.create(src.read_text())
+    except Exception as err:  # yaml parse errors
+        raise ConfigError(f"cannot parse config {src}: {err}") from err
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"config {src} must be a YAML mapping, got {type(node).__name__}")
+    base = node.pop("extends", None)
+    if base is None:
+        return node
+    if base in seen:
+        raise ConfigError(f"config {src}: 'extends' cycle through {list(seen) + [base]}")
+    parent = _read_yaml(str(base), (*seen, str(base)))
+    for key in _REPLACED_ON_EXTEND:  # an assignment is replaced whole, never merged key by key
+        if key in node and key in parent:
+            parent.pop(key)
+    return OmegaConf.merge(parent, node)
+
+
+def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Build a validated :class:`TrainConfig` from a preset or YAML file plus dotted ``key=value`` overrides.
+
+    Args:
+        config: preset name (``quickstart_math``) or YAML path; None = :data:`DEFAULT_PRESET`.
+        overrides: OmegaConf dotlist, e.g. ``["rollout.group_size=4", "models.shared.lr=2e-6"]``.
+
+    Raises:
+        ConfigError: unknown key, wrong type, bad value (see :func:`validate_config`); before any model loads.
+    """
+    schema = OmegaConf.structured(TrainConfig)
+    try:
+        merged = OmegaConf.merge(schema, _read_yaml(config or DEFAULT_PRESET))
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} must look like key=value (e.g. rollout.group_size=4)")
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"invalid config: {err}") from err
+    assert isinstance(cfg, TrainConfig)
+    validate_config(cfg)
+    return cfg
+
+
+def _check(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ConfigError(msg)
+
+
+def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> None:
+    """Check values and cross-references (OmegaConf already checked keys and types).
+
+    Args:
+        env_agents: the env's ``possible_agents``; when given, every one must have a model and no other
+            agent may be named.
+
+    Raises:
+        ConfigError: naming the key, the bad value and what is accepted.
+    """
+    from drmas_train.advantages import get_estimator
+    from drmas_train.losses import AGG_MODES, KL_ESTIMATORS
+
+    try:
+        get_estimator(cfg.algorithm.estimator)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.estimator: {err}") from None
+    a, r, o = cfg.algorithm, cfg.rollout, cfg.optim
+    _check(a.loss_agg in AGG_MODES, f"algorithm.loss_agg={a.loss_agg!r}; accepted: {list(AGG_MODES)}")
+    _check(a.kl_estimator in KL_ESTIMATORS, f"algorithm.kl_estimator={a.kl_estimator!r}; accepted: {list(KL_ESTIMATORS)}")
+    _check(a.eps >= 0, f"algorithm.eps must be >= 0, got {a.eps}")
+    _check(a.dual_clip_c is None or a.dual_clip_c > 1, f"algorithm.dual_clip_c must be > 1 or null, got {a.dual_clip_c}")
+    for key, value in (("ppo_epochs", a.ppo_epochs), ("mini_batches", a.mini_batches)):
+        _check(value >= 1, f"algorithm.{key} must be >= 1, got {value}")
+    for key in ("batch_size", "group_size", "max_new_tokens", "max_prompt_tokens"):
+        _check(getattr(r, key) >= 1, f"rollout.{key} must be >= 1, got {getattr(r, key)}")
+    _check(r.temperature > 0, f"rollout.temperature must be > 0 for training, got {r.temperature}")
+    _check(r.truncation in ("left", "middle", "error"), f"rollout.truncation={r.truncation!r}; accepted: left, middle, error")
+    _check(o.lr > 0 and o.grad_clip > 0, f"optim.lr and optim.grad_clip must be > 0, got {o.lr}, {o.grad_clip}")
+    _check(len(o.betas) == 2, f"optim.betas must be two numbers, got {o.betas}")
+    _check(o.micro_batch_tokens >= 1, f"optim.micro_batch_tokens must be >= 1, got {o.micro_batch_tokens}")
+    _check(cfg.run.iterations >= 1, f"run.iterations must be >= 1, got {cfg.run.iterations}")
+    _check(cfg.eval.k >= 1 and cfg.eval.size >= 1, "eval.k and eval.size must be >= 1")
+    _check(bool(cfg.models), "no models: define at least one under 'models:' (e.g. models.shared.name_or_path=...)")
+    _check(bool(cfg.agents), "no agents: map each env agent to a model key under 'agents:' (e.g. agents.solver=shared)")
+    for agent, key in cfg.agents.items():
+        if key not in cfg.models:
+            close = difflib.get_close_matches(str(key), cfg.models, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"agents.{agent}={key!r} names no model; defined models: {sorted(cfg.models)}.{hint}")
+    for key, m in cfg.models.items():
+        _check(m.dtype in ("float32", "bfloat16", "float16"), f"models.{key}.dtype={m.dtype!r}; accepted: float32, bfloat16, float16")
+        _check(m.backend in ("hf", "vllm"), f"models.{key}.backend={m.backend!r}; accepted: hf, vllm")
+    if env_agents is not None:
+        missing = [x for x in env_agents if x not in cfg.agents]
+        _check(not missing, f"env {cfg.env.id!r} agent(s) {missing} have no model; add agents.<agent>=<model key>")
+        extra = [x for x in cfg.agents if x not in env_agents]
+        _check(not extra, f"agents {extra} are not agents of env {cfg.env.id!r}; its agents: {list(env_agents)}")
+
+
+def to_yaml(cfg: TrainConfig) -> str:
+    """The resolved config as YAML (logged at start, saved in every checkpoint)."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def from_yaml(text: str) -> TrainConfig:
+    """Inverse of :func:`to_yaml` (used by ``--resume``)."""
+    cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrainConfig), OmegaConf.create(text)))
+    validate_config(cfg)
+    return cfg
+
+
+def as_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """Plain nested dict of ``cfg``."""
+    return dataclasses.asdict(cfg)

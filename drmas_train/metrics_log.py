@@ -1,0 +1,150 @@
+"""Training metrics: per-batch statistics (pure), the JSONL + TensorBoard logger, and the end-of-run PNG.
+
+Namespaces (cleanrl / TRL habit): ``rollout/`` (batch shape, accuracy, lengths), ``reward/<agent>/``,
+``adv/<agent>/``, ``loss/<model>/`` (grad norm, PPO diagnostics, lr), ``perf/`` (timings in seconds),
+``val/`` (avg@k / pass@k).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drmas_train.advantages import group_index, group_stats
+from drmas_train.samples import Sample
+
+__all__ = ["batch_metrics", "MetricsLogger", "read_metrics", "plot_run"]
+
+
+def batch_metrics(samples: Sequence[Sample], advantages: np.ndarray) -> dict[str, float]:
+    """Per-agent and batch statistics of one iteration's samples.
+
+    Args:
+        samples: (B,) the iteration's agent calls. advantages: (B,) their advantages.
+
+    Returns:
+        ``rollout/{samples,trajectories,groups,accuracy,score_mean}``; per agent ``reward/<a>/{mean,std}``,
+        ``reward/<a>/valid_action_ratio``, ``reward/<a>/response_length`` (tokens), ``reward/<a>/calls_per_traj``,
+        ``adv/<a>/{mean,std}`` and ``adv/<a>/zero_std_group_share`` (share of (uid, agent) groups whose scores
+        are all equal, i.e. no learning signal).
+    """
+    out: dict[str, float] = {}
+    if not samples:
+        return out
+    traj = {s.traj_uid: s for s in samples}
+    out["rollout/samples"] = float(len(samples))
+    out["rollout/trajectories"] = float(len(traj))
+    out["rollout/groups"] = float(len({s.uid for s in samples}))
+    out["rollout/accuracy"] = float(np.mean([bool(s.won) for s in traj.values()]))
+    out["rollout/score_mean"] = float(np.mean([s.score for s in traj.values()]))
+    adv = np.asarray(advantages, dtype=np.float64)
+    agents = np.array([s.agent_id for s in samples])
+    rewards = np.array([s.reward for s in samples], dtype=np.float64)
+    for agent in sorted(set(agents.tolist())):
+        sel = agents == agent
+        sub = [s for s in samples if s.agent_id == agent]
+        out[f"reward/{agent}/mean"] = float(rewards[sel].mean())
+        out[f"reward/{agent}/std"] = float(rewards[sel].std())
+        out[f"reward/{agent}/valid_action_ratio"] = float(np.mean([s.is_action_valid for s in sub]))
+        out[f"reward/{agent}/response_length"] = float(np.mean([len(s.response_ids) for s in sub]))
+        out[f"reward/{agent}/calls_per_traj"] = len(sub) / max(len({s.traj_uid for s in sub}), 1)
+        out[f"adv/{agent}/mean"] = float(adv[sel].mean())
+        out[f"adv/{agent}/std"] = float(adv[sel].std())
+        groups = group_index([s.uid for s in sub])
+        _, _, std = group_stats(rewards[sel], groups, unbiased=False)
+        out[f"adv/{agent}/zero_std_group_share"] = float(np.mean(std == 0.0))
+    return out
+
+
+class MetricsLogger:
+    """Appends one JSON object per iteration to ``<run dir>/metrics.jsonl`` and mirrors scalars to TensorBoard.
+
+    Args:
+        run_dir: the run directory (created). tensorboard: also write ``<run dir>/tensorboard/`` events.
+        truncate_after: on resume, drop JSONL rows with ``iteration`` > this (the iteration the process died in).
+    """
+
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, truncate_after: int | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / "metrics.jsonl"
+        if truncate_after is not None and self.path.is_file():
+            rows = [r for r in read_metrics(self.path) if r.get("iteration", 0) <= truncate_after]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        self._writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+
+    def log(self, iteration: int, metrics: Mapping[str, float]) -> None:
+        """Write one row ``{"iteration": iteration, **metrics}`` (non-finite values as null in JSON)."""
+        row = {"iteration": iteration}
+        for k, v in metrics.items():
+            value = float(v)
+            row[k] = value if math.isfinite(value) else None
+            if self._writer is not None and math.isfinite(value):
+                self._writer.add_scalar(k, value, iteration)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Flush and close TensorBoard."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.jsonl`` (the last row wins when an iteration appears twice)."""
+    by_iter: dict[int, dict[str, Any]] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            by_iter[int(row.get("iteration", 0))] = row
+    return [by_iter[k] for k in sorted(by_iter)]
+
+
+def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
+    """PNG with reward mean per agent and pre-clip grad norm per model over iterations.
+
+    Raises:
+        ValueError: the file holds no rows.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path)
+    if not rows:
+        raise ValueError(f"{metrics_path} holds no metrics rows")
+    series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for row in rows:
+        for k, v in row.items():
+            if v is not None and (k.startswith("reward/") and k.endswith("/mean") or k.endswith("/grad_norm")):
+                series[k].append((row["iteration"], v))
+    fig, (ax_r, ax_g) = plt.subplots(1, 2, figsize=(11, 4))
+    for k, pts in sorted(series.items()):
+        ax = ax_r if k.startswith("reward/") else ax_g
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="o", label=k.split("/")[1])
+    ax_r.set(title="reward per agent (mean)", xlabel="iteration", ylabel="reward")
+    ax_g.set(title="pre-clip grad norm per model", xlabel="iteration", ylabel="L2 norm")
+    for ax in (ax_r, ax_g):
+        if ax.lines:
+            ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = Path(out_png)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

@@ -1,0 +1,141 @@
+"""Optimisation per model: AdamW + warm-up schedule, token-budget micro-batches, clipped steps that skip non-finite norms.
+
+One :class:`ModelOptimizer` per *trainable* model of the pool: a model shared by several agents (Dr. MAS "LLM
+sharing") has one optimizer and trains on all of its agents' samples; non-sharing models each have their own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["ModelOptimizer", "build_optimizer", "micro_batches"]
+
+
+def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Split samples into consecutive micro-batches whose *padded* size fits ``token_budget``.
+
+    A micro-batch of ``k`` samples costs ``k * max(lengths in it)`` tokens (padding included). Samples are sorted
+    by length (stable) first so that similar lengths share a batch; a sample longer than the budget gets a
+    micro-batch of its own.
+
+    Args:
+        lengths: (B,) total tokens (prompt + response) of each sample.
+        token_budget: max padded tokens per micro-batch (>= 1).
+
+    Returns:
+        lists of sample indices; every index appears exactly once.
+
+    Raises:
+        ValueError: ``token_budget < 1``.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        grown = max(longest, lengths[i])
+        if current and grown * (len(current) + 1) > token_budget:
+            out.append(current)
+            current, grown = [], lengths[i]
+        current.append(i)
+        longest = grown
+    if current:
+        out.append(current)
+    return out
+
+
+@dataclass
+class ModelOptimizer:
+    """AdamW, LR schedule and clipping for one trainable model.
+
+    Attributes:
+        model_id: the pool's model id.
+        optimizer: ``torch.optim.AdamW`` over the trainable parameters.
+        scheduler: ``LambdaLR`` with linear warm-up then constant.
+        grad_clip: max total grad norm (L2 over all parameters).
+        skipped_steps: steps skipped because the pre-clip norm was nan/inf.
+    """
+
+    model_id: str
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    grad_clip: float
+    skipped_steps: int = 0
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        """The parameters this optimizer updates."""
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    @property
+    def lr(self) -> float:
+        """Current learning rate."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def step(self) -> tuple[float, bool]:
+        """Clip the accumulated gradients, step (unless the norm is non-finite), zero the gradients.
+
+        Returns:
+            ``(pre_clip_norm, stepped)``: the total L2 grad norm *before* clipping, and False when it was
+            nan/inf and the step was skipped (counted in :attr:`skipped_steps`; the LR schedule still advances
+            only on real steps).
+        """
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, error_if_nonfinite=False))
+        stepped = math.isfinite(norm)
+        if stepped:
+            self.optimizer.step()
+            self.scheduler.step()
+        else:
+            self.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm, stepped
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, scheduler and skip-counter state (for checkpoints)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "skipped_steps": self.skipped_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.skipped_steps = int(state["skipped_steps"])
+
+
+def build_optimizer(
+    model_id: str,
+    model: torch.nn.Module,
+    *,
+    lr: float = 1e-6,
+    weight_decay: float = 0.01,
+    betas: Sequence[float] = (0.9, 0.999),
+    warmup_steps: int = 0,
+    grad_clip: float = 1.0,
+) -> ModelOptimizer:
+    """AdamW (Loshchilov & Hutter, arXiv 1711.05101) over ``model``'s trainable parameters.
+
+    Defaults are the Dr. MAS / verl reference (lr 1e-6, weight decay 0.01, grad clip 1.0). With LoRA only the
+    adapter weights require grad, so only they are optimised.
+
+    Raises:
+        ValueError: the model has no trainable parameter, or lr / grad_clip <= 0.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"model {model_id!r} has no trainable parameters; set trainable: true or remove it from training")
+    if not (lr > 0 and grad_clip > 0):
+        raise ValueError(f"lr and grad_clip must be > 0, got lr={lr}, grad_clip={grad_clip}")
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(float(betas[0]), float(betas[1])))
+    warm = max(int(warmup_steps), 0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warm) if warm else 1.0)
+    return ModelOptimizer(model_id, opt, sched, float(grad_clip))

@@ -1,0 +1,75 @@
+"""LLM policies for playing drmas envs without training: ``policy(observation) -> action text``.
+
+Example (five lines)::
+
+    import drmas_envs
+    from drmas_train.policies import LLMPolicy
+
+    env = drmas_envs.make("math-solver-verifier-v0", render_mode="human")
+    policy = LLMPolicy.from_model("smollm2-135m-instruct", max_new_tokens=256)
+    env.reset(seed=0)
+    for agent in env.agent_iter():
+        obs, reward, terminated, truncated, info = env.last()
+        env.step(None if terminated or truncated else policy(obs))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from drmas_train.backends.base import Backend, Messages, SamplingParams
+
+__all__ = ["LLMPolicy"]
+
+
+def _messages(observation: Any) -> list[dict[str, str]]:
+    """Chat messages from a drmas observation dict, a message list or a plain user string."""
+    if isinstance(observation, str):
+        return [{"role": "user", "content": observation}]
+    if isinstance(observation, Mapping) and "messages" in observation:
+        return [dict(m) for m in observation["messages"]]
+    if isinstance(observation, Sequence) and all(isinstance(m, Mapping) for m in observation):
+        return [dict(m) for m in observation]
+    raise TypeError(
+        "an observation must be a drmas observation dict with 'messages', a list of chat messages or a str, "
+        f"got {type(observation).__name__}"
+    )
+
+
+class LLMPolicy:
+    """Wrap a backend as ``policy(observation) -> str`` (the response text, used as the env action).
+
+    Args:
+        backend: any :class:`~drmas_train.backends.base.Backend`.
+        sampling: sampling parameters (``n`` is forced to 1).
+
+    Attributes:
+        last_generations: the :class:`Generation` s of the latest call (token ids, log-probs, finish reason).
+    """
+
+    def __init__(self, backend: Backend, sampling: SamplingParams | None = None) -> None:
+        self.backend = backend
+        self.sampling = (sampling or SamplingParams()).replace(n=1)
+        self.last_generations: list[Any] = []
+
+    @classmethod
+    def from_model(cls, name_or_path: str = "smollm2-135m-instruct", **sampling: Any) -> LLMPolicy:
+        """Load a model (:func:`drmas_train.models.load_model`) behind an HF backend.
+
+        ``sampling`` are :class:`SamplingParams` fields (e.g. ``temperature=0.7, max_new_tokens=256``).
+        """
+        from drmas_train.backends.hf import HFBackend
+        from drmas_train.models import load_model
+
+        return cls(HFBackend.from_loaded(load_model(name_or_path)), SamplingParams(**sampling))
+
+    def __call__(self, observation: Any) -> str:
+        """The action text for one observation."""
+        return self.batch([observation])[0]
+
+    def batch(self, observations: Sequence[Any]) -> list[str]:
+        """Action texts for several observations in one batched generate call."""
+        prompts: list[Messages] = [_messages(o) for o in observations]
+        self.last_generations = self.backend.generate(prompts, self.sampling)
+        return [g.text for g in self.last_generations]

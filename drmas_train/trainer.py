@@ -1,0 +1,255 @@
+"""The training loop: sample tasks -> rollout -> advantages -> PPO update per model -> metrics -> eval -> checkpoint.
+
+:func:`train` only orchestrates; each step is one call into the module named after it (``rollout``,
+``advantages``, ``update``, ``metrics_log``, ``checkpoint``). :func:`build_run` does all the setup, validating the
+config against the env *before* any model is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from drmas_train.config import ConfigError, TrainConfig, to_yaml, validate_config
+
+__all__ = ["RunState", "build_run", "train", "compute_advantages", "model_specs"]
+
+
+@dataclasses.dataclass
+class RunState:
+    """Everything a run holds between iterations (built by :func:`build_run`)."""
+
+    cfg: TrainConfig
+    run_dir: Path
+    env_fn: Any  # () -> fresh env
+    tasks: Any  # training TaskSource
+    val_tasks: Any  # validation TaskSource or None
+    pool: Any  # ModelPool
+    optimizers: dict[str, Any]  # model_id -> ModelOptimizer (trainable models only)
+    ref_models: dict[str, Any]  # model_id -> frozen reference (only when kl_coef > 0)
+    sampler: Any  # TaskSampler
+    logger: Any  # MetricsLogger
+    start_iteration: int = 0
+
+
+def model_specs(cfg: TrainConfig) -> dict[str, Any]:
+    """``agent_id -> ModelSpec`` for :func:`drmas_train.assignment.build_models`; the config key is the model id,
+    so agents naming the same key share one model and different keys never do."""
+    from drmas_train.models import ModelSpec
+
+    specs = {}
+    for agent, key in cfg.agents.items():
+        m = cfg.models[key]
+        lora = None
+        if m.lora is not None:
+            lora = {"r": m.lora.r, "lora_alpha": m.lora.alpha, "lora_dropout": m.lora.dropout,
+                    "target_modules": list(m.lora.target_modules)}  # fmt: skip
+        overrides = {k: v for k, v in (("lr", m.lr), ("weight_decay", m.weight_decay)) if v is not None}
+        specs[agent] = ModelSpec(
+            m.name_or_path, dtype=m.dtype, device=m.device, trainable=m.trainable, lora=lora, optimizer=overrides,
+            seed=cfg.seed, chat_template_kwargs=dict(m.chat_template_kwargs), model_id=key,
+        )  # fmt: skip
+    return specs
+
+
+def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> RunState:
+    """Seed, load tasks, check the config against the env, load models, build optimizers, restore a checkpoint.
+
+    ``loader`` (``(ModelSpec, model_id) -> LoadedModel``, default :func:`drmas_train.models.load_model`) lets
+    tests and embedding code supply their own models.
+
+    Raises:
+        ConfigError: the env's agents do not match ``cfg.agents`` (raised before any model loads), or
+            ``resume`` without a checkpoint in ``run.dir``.
+    """
+    import drmas_envs
+    from drmas_envs.data.load import load_tasks
+
+    from drmas_train.assignment import build_models, make_backend
+    from drmas_train.checkpoint import latest_checkpoint, load_checkpoint
+    from drmas_train.metrics_log import MetricsLogger
+    from drmas_train.optim import build_optimizer
+    from drmas_train.task_sampler import TaskSampler
+
+    if cfg.run.num_threads > 0:
+        torch.set_num_threads(cfg.run.num_threads)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    run_dir = Path(cfg.run.dir)
+    tasks = load_tasks(cfg.env.data, seed=cfg.seed) if cfg.env.data else None
+    env_kwargs = dict(cfg.env.kwargs) | ({"data": tasks} if tasks is not None else {})
+
+    def env_fn():
+        return drmas_envs.make(cfg.env.id, **env_kwargs)
+
+    probe = env_fn()
+    validate_config(cfg, list(probe.possible_agents))  # before any model loads
+    tasks = probe.tasks if tasks is None else tasks
+    val_tasks = None
+    if cfg.eval.every > 0:
+        val_src = load_tasks(cfg.eval.data or cfg.env.data, seed=cfg.seed + 10_000)  # other seed: held-out draws
+        val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
+
+    specs = model_specs(cfg)
+    pool = build_models(
+        specs,
+        env_agents=list(probe.possible_agents),
+        backend=lambda loaded: make_backend(loaded, cfg.models[loaded.model_id].backend, seed=cfg.seed),
+        **({"loader": loader} if loader is not None else {}),
+    )
+    optimizers, ref_models = {}, {}
+    for model_id, loaded in pool.models.items():
+        if not loaded.spec.trainable:
+            continue
+        o = cfg.optim
+        optimizers[model_id] = build_optimizer(
+            model_id, loaded.model, lr=loaded.spec.optimizer.get("lr", o.lr),
+            weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
+            warmup_steps=o.warmup_steps, grad_clip=o.grad_clip,
+        )  # fmt: skip
+        if cfg.algorithm.kl_coef:
+            import copy
+
+            ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
+    if not optimizers:
+        raise ConfigError("no trainable model: set trainable: true on at least one model")
+    sampler = TaskSampler(len(tasks), cfg.rollout.batch_size, seed=cfg.seed)
+    start = 0
+    if resume:
+        ckpt = latest_checkpoint(run_dir / "checkpoints")
+        if ckpt is None:
+            raise ConfigError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; run without --resume first")
+        models = {mid: pool.models[mid].model for mid in optimizers}
+        state = load_checkpoint(ckpt, models=models, optimizers=optimizers)
+        sampler.load_state_dict(state["sampler"])
+        start = int(state["iteration"])
+        for mid, loaded in pool.models.items():
+            pool.backends[mid].sync_weights(loaded.model)
+    logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, logger, start)
+
+
+def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
+    """(B,) advantages of the iteration's samples with the configured estimator (``turn`` = the agent's own
+    call index, ``Sample.agent_turn``)."""
+    from drmas_train.advantages import get_estimator
+
+    a = cfg.algorithm
+    return get_estimator(a.estimator)(
+        np.array([s.reward for s in samples], dtype=np.float64),
+        uid=[s.uid for s in samples], agent_id=[s.agent_id for s in samples],
+        traj_uid=[s.traj_uid for s in samples], turn=[s.agent_turn for s in samples],
+        norm_by_std=a.norm_by_std, eps=a.eps, unbiased=a.unbiased_std,
+    )  # fmt: skip
+
+
+def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
+    """One PPO update per trainable model on its own agents' samples; pushes the new weights to the backend."""
+    from drmas_train.losses import PolicyLossConfig
+    from drmas_train.update import ppo_update
+
+    a, metrics = run.cfg.algorithm, {}
+    loss_cfg = PolicyLossConfig(a.clip_low, a.clip_high, a.dual_clip_c, a.loss_agg, a.kl_coef, a.kl_estimator, a.entropy_coef)
+    for model_id, opt in run.optimizers.items():
+        idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
+        loaded = run.pool.models[model_id]
+        out = ppo_update(
+            loaded.model, opt, [samples[i] for i in idx], adv[idx], loss_cfg=loss_cfg,
+            pad_token_id=loaded.tokenizer.pad_token_id, temperature=run.cfg.rollout.temperature,
+            ppo_epochs=a.ppo_epochs, mini_batches=a.mini_batches, micro_batch_tokens=run.cfg.optim.micro_batch_tokens,
+            ref_model=run.ref_models.get(model_id), seed=seed,
+        )  # fmt: skip
+        run.pool.backends[model_id].sync_weights(loaded.model)
+        metrics.update({f"loss/{model_id}/{k}": v for k, v in out.items()})
+    return metrics
+
+
+def _validate(run: RunState, iteration: int) -> dict[str, float]:
+    """avg@k and unbiased pass@k (``drmas_train.metrics``) of the current policy on the held-out tasks."""
+    from drmas_train.backends.base import SamplingParams
+    from drmas_train.metrics import avg_at_k, pass_at_k_tasks
+    from drmas_train.rollout import rollout
+
+    e, r = run.cfg.eval, run.cfg.rollout
+    sampling = SamplingParams(temperature=e.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+    result = rollout(run.env_fn, run.val_tasks, e.k, run.pool, sampling, seed=10_000_019 + iteration,
+                     max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=run.cfg.run.progress)  # fmt: skip
+    by_uid: dict[str, list[bool]] = {}
+    for t in result.trajectories:
+        by_uid.setdefault(t.uid, []).append(bool(t.won))
+    flags = list(by_uid.values())
+    return {f"val/avg@{e.k}": avg_at_k(flags).value, f"val/pass@{e.k}": pass_at_k_tasks([(len(f), sum(f)) for f in flags], e.k).value}
+
+
+def _save(run: RunState, iteration: int) -> Path:
+    from drmas_train.checkpoint import save_checkpoint
+
+    models = {mid: (run.pool.models[mid].model, run.pool.models[mid].tokenizer) for mid in run.optimizers}
+    return save_checkpoint(run.run_dir / "checkpoints", iteration, models=models, optimizers=run.optimizers,
+                           sampler_state=run.sampler.state_dict(), config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints)  # fmt: skip
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict[str, Any]:
+    """Run ``cfg.run.iterations`` training iterations (continuing from the latest checkpoint with ``resume``).
+
+    ``loader``: see :func:`build_run`.
+
+    Returns:
+        ``{"run_dir", "iterations", "metrics" (last row), "plot", "checkpoint", "wall_time_s"}``.
+    """
+    from tqdm.auto import tqdm
+
+    from drmas_train.backends.base import SamplingParams
+    from drmas_train.metrics_log import batch_metrics, plot_run
+    from drmas_train.rollout import rollout
+
+    t_start = time.perf_counter()
+    run = build_run(cfg, resume=resume, loader=loader)
+    r, ckpt, metrics = cfg.rollout, None, {}
+    bar = tqdm(range(run.start_iteration, cfg.run.iterations), desc="train", unit="iter", disable=not cfg.run.progress,
+               initial=run.start_iteration, total=cfg.run.iterations)  # fmt: skip
+    for it in bar:
+        seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
+        t0 = time.perf_counter()
+        tasks = [run.tasks[i] for i in run.sampler.next_batch()]
+        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+        result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
+                         max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
+        t1 = time.perf_counter()
+        adv = compute_advantages(cfg, result.samples)  # (B,)
+        metrics = batch_metrics(result.samples, adv)
+        metrics.update(_update_models(run, result.samples, adv, seed))
+        t2 = time.perf_counter()
+        if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
+            metrics.update(_validate(run, it + 1))
+        t3 = time.perf_counter()
+        metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
+                        "perf/generate_s": result.timing.get("generate", 0.0), "perf/iteration_s": t3 - t0})  # fmt: skip
+        run.logger.log(it + 1, metrics)
+        bar.write(_summary_line(it + 1, metrics))
+        if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
+            ckpt = _save(run, it + 1)
+    bar.close()
+    run.logger.close()
+    plot = plot_run(run.logger.path, run.run_dir / "training_curves.png") if cfg.run.plot and run.logger.path.is_file() else None
+    summary = {"run_dir": str(run.run_dir), "iterations": cfg.run.iterations, "metrics": metrics,
+               "plot": str(plot) if plot else None, "checkpoint": str(ckpt) if ckpt else None,
+               "wall_time_s": time.perf_counter() - t_start}  # fmt: skip
+    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _summary_line(iteration: int, m: dict[str, float]) -> str:
+    rewards = " ".join(f"{k.split('/')[1]}={v:+.3f}" for k, v in m.items() if k.startswith("reward/") and k.endswith("/mean"))
+    norms = " ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in m.items() if k.startswith("loss/") and k.endswith("/grad_norm"))
+    return (f"iter {iteration}: reward {rewards} | acc {m.get('rollout/accuracy', float('nan')):.3f} | "
+            f"grad_norm {norms} | {m.get('perf/iteration_s', 0):.1f}s")  # fmt: skip

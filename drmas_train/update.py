@@ -1,0 +1,149 @@
+"""The PPO update of one model on its samples: epochs x mini-batches x token-budget micro-batches.
+
+Shape legend: **B** samples (agent calls) of this model, **T** response tokens.
+
+A model shared by several agents receives all of their samples here, each with the advantage its estimator
+gave it (advantages are computed once on the whole batch, before any split, so micro-batching can never change
+them). Gradients of the micro-batches of one mini-batch are accumulated with the mini-batch's own denominator
+(:func:`drmas_train.losses.aggregate`), so the step equals the full mini-batch step up to float rounding.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from drmas_train.logprobs import forward_logprobs
+from drmas_train.losses import PolicyLossConfig, policy_loss
+from drmas_train.optim import ModelOptimizer, micro_batches
+from drmas_train.samples import Sample
+
+__all__ = ["ppo_update", "pad_right"]
+
+#: loss metrics aggregated with the mini-batch denominator (summed over micro-batches, then averaged over
+#: mini-batches); the others are per-micro-batch token means (token-weighted).
+_ADDITIVE = frozenset({"pg_loss", "kl", "entropy"})
+
+
+def pad_right(rows: Sequence[Sequence[float]], length: int, value: float = 0.0) -> torch.Tensor:
+    """(B, length) float32 tensor of ``rows`` right-padded with ``value`` (rows longer than ``length`` are cut)."""
+    out = torch.full((len(rows), length), value, dtype=torch.float32)
+    for b, row in enumerate(rows):
+        n = min(len(row), length)
+        if n:
+            out[b, :n] = torch.as_tensor(list(row[:n]), dtype=torch.float32)
+    return out
+
+
+def _denominator(samples: Sequence[Sample], agg: str) -> float:
+    if agg == "token-mean":
+        return float(max(sum(sum(s.response_mask) for s in samples), 1))
+    return float(max(len(samples), 1))
+
+
+def ppo_update(
+    model: Any,
+    opt: ModelOptimizer,
+    samples: Sequence[Sample],
+    advantages: np.ndarray,
+    *,
+    loss_cfg: PolicyLossConfig,
+    pad_token_id: int,
+    temperature: float,
+    ppo_epochs: int = 1,
+    mini_batches: int = 1,
+    micro_batch_tokens: int = 8192,
+    ref_model: Any = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Run the PPO epochs of one model and return its metrics.
+
+    Args:
+        model: the trainable causal LM (mode set to train for the update, restored to eval after).
+        opt: its :class:`ModelOptimizer`.
+        samples: (B,) the model's samples this iteration (any agents).
+        advantages: (B,) float advantages aligned with ``samples``.
+        loss_cfg: PPO loss settings.
+        pad_token_id: tokenizer pad id. temperature: the rollout temperature (log-probs are taken at it).
+        ppo_epochs, mini_batches: passes over the data and optimizer steps per pass.
+        micro_batch_tokens: padded-token budget per forward/backward.
+        ref_model: frozen reference for the KL penalty (needed when ``loss_cfg.kl_coef`` != 0).
+        seed: seeds the mini-batch shuffle (numpy Generator; deterministic given the iteration).
+
+    Returns:
+        ``grad_norm`` (mean pre-clip norm over steps) and ``grad_norm_max``, ``steps``, ``skipped_steps`` (non-finite
+        norms this call), ``lr``, and the token-weighted means of the loss metrics (``pg_loss``, ``clipfrac_upper``,
+        ``clipfrac_lower``, ``dual_clipfrac``, ``approx_kl``, ``ratio_mean``, ``entropy``, ``kl``).
+
+    Raises:
+        ValueError: ``advantages`` not aligned with ``samples``.
+    """
+    if len(advantages) != len(samples):
+        raise ValueError(f"got {len(advantages)} advantages for {len(samples)} samples")
+    if not samples:
+        return {}
+    rng = np.random.default_rng(seed)
+    sums: dict[str, float] = defaultdict(float)
+    weight = 0.0
+    n_mb = 0
+    norms: list[float] = []
+    skipped = 0
+    model.train()
+    try:
+        for _ in range(ppo_epochs):
+            order = rng.permutation(len(samples)) if mini_batches > 1 else np.arange(len(samples))
+            for mb in np.array_split(order, mini_batches):
+                if len(mb) == 0:
+                    continue
+                mb_samples = [samples[i] for i in mb]
+                denom = _denominator(mb_samples, loss_cfg.agg)
+                lengths = [len(s.prompt_ids) + len(s.response_ids) for s in mb_samples]
+                n_mb += 1
+                for micro in micro_batches(lengths, micro_batch_tokens):
+                    batch = [mb_samples[i] for i in micro]
+                    adv = torch.as_tensor(advantages[mb[micro]], dtype=torch.float32)  # (b,)
+                    metrics, tokens = _micro_step(model, batch, adv, loss_cfg, pad_token_id, temperature, denom, ref_model)
+                    for k, v in metrics.items():
+                        # aggregated with the mini-batch denominator: micro parts add up to the mini-batch value
+                        sums[k] += v if k in _ADDITIVE else v * tokens
+                    weight += tokens
+                norm, stepped = opt.step()
+                norms.append(norm)
+                skipped += not stepped
+    finally:
+        model.eval()
+    out = {k: v / n_mb if k in _ADDITIVE else v / max(weight, 1.0) for k, v in sums.items()}
+    finite = [n for n in norms if np.isfinite(n)]
+    out.update(
+        grad_norm=float(np.mean(finite)) if finite else float("nan"),
+        grad_norm_max=float(np.max(finite)) if finite else float("nan"),
+        steps=float(len(norms)),
+        skipped_steps=float(skipped),
+        lr=opt.lr,
+    )
+    return out
+
+
+def _micro_step(model, batch, adv, loss_cfg, pad_token_id, temperature, denom, ref_model):
+    """Forward + backward of one micro-batch; returns its metrics and real-token count."""
+    prompts = [s.prompt_ids for s in batch]
+    responses = [s.response_ids for s in batch]
+    logprobs, mask, entropy = forward_logprobs(
+        model, prompts, responses, pad_token_id=pad_token_id, temperature=temperature, with_entropy=True
+    )  # (b, T) each
+    T = logprobs.shape[1]
+    old = pad_right([s.old_logprobs for s in batch], T).to(logprobs.device)  # (b, T)
+    mask = mask * pad_right([s.response_mask for s in batch], T).to(mask.device)  # (b, T): drop masked tokens
+    ref = None
+    if loss_cfg.kl_coef:
+        with torch.no_grad():
+            ref, _, _ = forward_logprobs(ref_model, prompts, responses, pad_token_id=pad_token_id, temperature=temperature)
+    loss, metrics = policy_loss(
+        logprobs, old, adv.to(logprobs.device), mask, loss_cfg, entropy=entropy, ref_logprobs=ref, denom=denom
+    )
+    loss.backward()
+    return metrics, float(mask.sum())

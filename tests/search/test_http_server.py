@@ -1,0 +1,171 @@
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from drmas_envs.search.corpus import Passage  # noqa: E402
+from drmas_envs.search.retrievers import RetrieverError, RetrieverUnavailableError, make_retriever  # noqa: E402
+from drmas_envs.search.retrievers.http import HTTPRetriever  # noqa: E402
+from drmas_envs.search.server import ServerThread  # noqa: E402
+from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def local():
+    return make_retriever("bm25", generate_encyclopedia(EncyclopediaConfig()).passages)
+
+
+@pytest.fixture(scope="module")
+def server(local):
+    with ServerThread(local) as srv:
+        yield srv
+
+
+def test_http_equals_in_process(server, local):
+    enc = generate_encyclopedia(EncyclopediaConfig())
+    queries = [t.question for t in list(enc.tasks)[:40]] + ["", "zzzz unknown"]
+    client = HTTPRetriever(server.url, timeout=10)
+    assert server.host == "127.0.0.1" and server.port > 0
+    for topk in (1, 3, 7):
+        assert client.search(queries, topk) == local.search(queries, topk)
+    client.close()
+    client.close()
+
+
+def test_wire_format_is_search_r1(server):
+    reply = httpx.post(server.url, json={"queries": ["Dormonlo Systems"], "topk": 2, "return_scores": True}).json()
+    (hits,) = reply["result"]
+    assert len(hits) == 2 and set(hits[0]) == {"document", "score"} and set(hits[0]["document"]) == {"id", "contents"}
+    assert hits[0]["document"]["contents"].startswith('"')
+    plain = httpx.post(server.url, json={"queries": ["Dormonlo Systems"]}).json()  # default topk 3, no scores
+    assert len(plain["result"][0]) == 3 and set(plain["result"][0][0]) == {"id", "contents"}
+    parsed = HTTPRetriever(server.url)._parse(plain, 1)
+    assert parsed[0][0].title == "Dormonlo Systems" and parsed[0][0].score == 0.0
+    health = httpx.get(server.url.replace("/retrieve", "/health")).json()
+    assert health == {"status": "ok", "retriever": "bm25", "num_passages": 450}
+
+
+def test_bad_request_is_a_clear_error(server):
+    client = HTTPRetriever(server.url)
+    with pytest.raises(RetrieverError, match="answered HTTP 422"):
+        client._post({"queries": "not a list"}, time.monotonic() + 5)
+    with pytest.raises(RetrieverError, match="answered HTTP 422"):
+        client.search(["q"], 5000)  # topk above the server's max_topk
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_server_down_clear_error_within_timeout():
+    client = HTTPRetriever(f"http://127.0.0.1:{_free_port()}/retrieve", timeout=1.5, max_retries=3, backoff=0.05)
+    start = time.monotonic()
+    with pytest.raises(RetrieverUnavailableError, match=r"is unavailable: ConnectError.*4 attempt\(s\).*drmas retrieval-server"):
+        client.search(["anything"], 3)
+    assert time.monotonic() - start < 1.5
+
+
+def test_hanging_server_times_out_within_budget():
+    """A socket that accepts connections but never answers: the whole call, retries included, obeys timeout."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    conns = []
+    stop = threading.Event()
+
+    def accept():
+        sock.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conns.append(sock.accept()[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        client = HTTPRetriever(f"http://127.0.0.1:{sock.getsockname()[1]}/retrieve", timeout=1.0, max_retries=5)
+        start = time.monotonic()
+        with pytest.raises(RetrieverUnavailableError, match=r"ReadTimeout|TimeoutException"):
+            client.search(["q"], 3)
+        assert time.monotonic() - start < 1.6
+    finally:
+        stop.set()
+        thread.join()
+        for c in conns:
+            c.close()
+        sock.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"url": "127.0.0.1:8000"}, "url must be an http"),
+        ({"timeout": 0}, "timeout must be > 0 seconds, got 0"),
+        ({"max_retries": -1}, "max_retries must be an int >= 0, got -1"),
+    ],
+)
+def test_bad_client_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        HTTPRetriever(**kwargs)
+
+
+def test_env_over_http_matches_in_process(server):
+    import drmas_envs
+
+    http_env = drmas_envs.make("search-orchestrator-v0", retriever="http", retriever_kwargs={"url": server.url})
+    local_env = drmas_envs.make("search-orchestrator-v0")
+    for env in (http_env, local_env):
+        env.reset(seed=5)
+        env.step("<verify>no</verify>")
+        env.step(f"<search>{env.unwrapped.task.question}</search>")
+    assert http_env.observe("verifier") == local_env.observe("verifier")
+
+
+def test_cli_parser():
+    from drmas_train.commands.retrieval_server import _parser
+
+    args = _parser().parse_args(["--corpus", "wiki.jsonl", "--retriever", "dense", "--port", "9001"])
+    assert (args.corpus, args.retriever, args.port, args.host, args.topk) == ("wiki.jsonl", "dense", 9001, "127.0.0.1", 3)
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--retriever", "http"])
+
+
+def test_passage_equality_survives_json():
+    p = Passage("a", "T", "x", 0.1 + 0.2)
+    client = HTTPRetriever("http://127.0.0.1:1/retrieve")
+    assert client._parse({"result": [[{"document": p.to_document(), "score": p.score}]]}, 1) == [[p]]
+    with pytest.raises(RetrieverError, match="broke the protocol"):
+        client._parse({"results": []}, 1)
+
+
+def test_cli_serves_a_corpus_file(tmp_path):
+    """``drmas retrieval-server`` in its own process: real socket on 127.0.0.1, same results as in-process."""
+    import subprocess
+    import sys
+
+    from drmas_envs.search.corpus import save_corpus_jsonl
+
+    passages = generate_encyclopedia(EncyclopediaConfig()).passages
+    corpus = save_corpus_jsonl(passages, tmp_path / "wiki.jsonl")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "drmas_train.cli", "retrieval-server", "--corpus", str(corpus), "--port", str(port),
+         "--cache-dir", str(tmp_path / "cache"), "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        client = HTTPRetriever(f"http://127.0.0.1:{port}/retrieve", timeout=60, max_retries=1000, backoff=0.05)
+        queries = ["Dormonlo Systems", "founder of a robotics company"]
+        assert client.search(queries, 3) == make_retriever("bm25", passages).search(queries, 3)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert f"bm25 over 450 passages at http://127.0.0.1:{port}/retrieve" in out

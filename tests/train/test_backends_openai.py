@@ -1,0 +1,135 @@
+"""The OpenAI-compatible client against a real server on 127.0.0.1 (uvicorn, started here): results,
+log-probs, token ids, retries and errors."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from backend_fakes import tiny
+
+fastapi = pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+
+from drmas_train.backends.base import SamplingParams  # noqa: E402
+from drmas_train.backends.hf import HFBackend  # noqa: E402
+from drmas_train.backends.openai import OpenAIBackend, OpenAIServerError  # noqa: E402
+from drmas_train.backends.openai_server import create_app  # noqa: E402
+
+PROMPTS = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "Name a colour."}]]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    def __init__(self, app):
+        self.port = _free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            if time.time() > deadline:
+                raise RuntimeError("test server did not start")
+            time.sleep(0.02)
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def served():
+    loaded = tiny("tiny-llama")
+    with _Server(create_app(HFBackend.from_loaded(loaded), "tiny-llama")) as url:
+        yield url, loaded
+
+
+def test_client_matches_the_local_backend_exactly(served):
+    url, loaded = served
+    sampling = SamplingParams(temperature=0.9, max_new_tokens=8, n=2, seed=5)
+    with OpenAIBackend(url, "tiny-llama", request_token_ids=True, max_concurrency=2) as client:
+        remote = client.generate(PROMPTS, sampling)
+    local = [g for p in PROMPTS for g in HFBackend.from_loaded(loaded).generate([p], sampling)]
+    assert len(remote) == 4
+    for r, g in zip(remote, local):
+        assert (r.text, r.prompt_ids, r.response_ids, r.finish_reason) == (g.text, g.prompt_ids, g.response_ids, g.finish_reason)
+        assert r.logprobs == pytest.approx(g.logprobs, abs=1e-6)
+
+
+def test_without_server_token_ids_the_tokenizer_fills_them(served):
+    url, loaded = served
+    with OpenAIBackend(url, "tiny-llama", tokenizer=loaded.tokenizer) as client:
+        (gen,) = client.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_new_tokens=6))
+    assert gen.prompt_ids == loaded.tokenizer(
+        "<|user|>\nWhat is 2 + 3?<|end|>\n<|assistant|>\n", add_special_tokens=False
+    )["input_ids"]
+    assert len(gen.logprobs) == 6 and gen.finish_reason in ("stop", "length")
+    with OpenAIBackend(url, "tiny-llama") as bare:
+        (gen,) = bare.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_new_tokens=3))
+    assert gen.prompt_ids == [] and gen.response_ids == [] and len(gen.logprobs) == 3
+
+
+def test_http_errors_are_reported_without_retry(served):
+    url, _ = served
+    with OpenAIBackend(url, "other-model", max_retries=3) as client:
+        with pytest.raises(OpenAIServerError, match=r"answered HTTP 404: .*model 'other-model' not served"):
+            client.generate(PROMPTS[:1], SamplingParams(max_new_tokens=2))
+    with OpenAIBackend(url, "tiny-llama") as client:
+        with pytest.raises(ValueError, match=r"cannot truncate prompts by tokens"):
+            client.generate(PROMPTS, SamplingParams(), max_prompt_tokens=10)
+
+
+def test_retries_on_503_then_succeeds_and_gives_up_after_the_bound():
+    calls = {"n": 0}
+    app = fastapi.FastAPI()
+
+    @app.post("/v1/chat/completions")
+    def flaky(body: dict) -> dict:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise fastapi.HTTPException(503, "busy")
+        return {"choices": [{"index": 0, "message": {"content": "fine"}, "finish_reason": "stop"}]}
+
+    @app.post("/down/chat/completions")
+    def down(body: dict) -> dict:
+        raise fastapi.HTTPException(503, "still busy")
+
+    with _Server(app) as url:
+        with OpenAIBackend(url, "m", max_retries=2, backoff=0.01) as client:
+            (gen,) = client.generate(PROMPTS[:1], SamplingParams())
+        assert gen.text == "fine" and gen.logprobs == [] and calls["n"] == 3
+        with OpenAIBackend(url.replace("/v1", "/down"), "m", max_retries=1, backoff=0.01) as client:
+            with pytest.raises(OpenAIServerError, match=r"answered HTTP 503: .*still busy"):
+                client.generate(PROMPTS[:1], SamplingParams())
+
+
+def test_timeouts_are_bounded():
+    app = fastapi.FastAPI()
+
+    @app.post("/v1/chat/completions")
+    def slow(body: dict) -> dict:
+        time.sleep(1.0)
+        return {"choices": []}
+
+    with _Server(app) as url:
+        start = time.perf_counter()
+        with OpenAIBackend(url, "m", timeout=0.2, max_retries=1, backoff=0.01) as client:
+            with pytest.raises(httpx.TimeoutException):
+                client.generate(PROMPTS[:1], SamplingParams())
+        assert time.perf_counter() - start < 1.5
+
+
+def test_constructor_validation():
+    with pytest.raises(ValueError, match=r"need max_retries >= 0, timeout > 0, max_concurrency >= 1; got -1"):
+        OpenAIBackend("http://127.0.0.1:1/v1", "m", max_retries=-1)

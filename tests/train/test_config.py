@@ -1,0 +1,84 @@
+"""Config: presets load, overrides apply, and every bad config fails with a clear error before models load."""
+
+from __future__ import annotations
+
+import pytest
+
+from drmas_train.commands.train import main as train_main
+from drmas_train.config import ConfigError, from_yaml, list_presets, load_config, to_yaml
+
+PRESETS = [
+    "quickstart_math",
+    "drmas_math_qwen3_4b", "drmas_math_qwen3_4b_nonsharing", "drmas_math_qwen3_4b_hetero",
+    "drmas_search_qwen25_3b", "drmas_search_qwen25_3b_nonsharing", "drmas_search_qwen25_3b_hetero",
+]  # fmt: skip
+
+
+def test_all_presets_load_and_grpo_twins_differ_only_in_estimator():
+    names = list_presets()
+    for name in PRESETS:
+        assert name in names
+        cfg = load_config(name)
+        if name.startswith("drmas_"):
+            twin = load_config("grpo_" + name[len("drmas_") :])
+            assert (cfg.algorithm.estimator, twin.algorithm.estimator) == ("drmas", "grpo")
+            twin.algorithm.estimator, twin.run.dir = "drmas", cfg.run.dir
+            assert twin == cfg
+
+
+def test_reference_hyperparameters():
+    m = load_config("drmas_math_qwen3_4b")
+    assert (m.rollout.group_size, m.rollout.batch_size, m.env.kwargs["max_loops"], m.env.kwargs["format_penalty"]) == (8, 32, 2, 0.1)
+    assert (m.rollout.max_new_tokens, m.optim.lr, m.algorithm.kl_coef, m.algorithm.entropy_coef) == (4096, 1e-6, 0.0, 0.0)
+    s = load_config("drmas_search_qwen25_3b")
+    assert (s.rollout.group_size, s.rollout.batch_size, s.env.kwargs["max_steps"], s.env.kwargs["topk"]) == (5, 128, 4, 3)
+    assert (s.env.kwargs["format_penalty"], s.rollout.max_new_tokens, s.algorithm.mini_batches) == (0.01, 800, 5)
+    q = load_config("quickstart_math")
+    assert q.agents == {"solver": "shared", "verifier": "shared"} and q.models["shared"].name_or_path == "smollm2-135m-instruct"
+    assert q.env.data == "reasoning_gym:gsm_symbolic" and q.algorithm.estimator == "drmas"
+    ns = load_config("drmas_math_qwen3_4b_nonsharing")
+    assert ns.agents == {"solver": "solver_model", "verifier": "verifier_model"} and "shared" not in ns.models
+
+
+def test_overrides_types_and_yaml_round_trip(tmp_path):
+    cfg = load_config(None, ["rollout.group_size=3", "algorithm.estimator=grpo_step", "models.shared.lr=2e-6"])
+    assert cfg.rollout.group_size == 3 and cfg.algorithm.estimator == "grpo_step" and cfg.models["shared"].lr == 2e-6
+    assert from_yaml(to_yaml(cfg)) == cfg
+    path = tmp_path / "mine.yaml"
+    path.write_text("extends: quickstart_math\nrollout: {group_size: 2}\n")
+    assert load_config(str(path)).rollout.group_size == 2
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algorithm.estimatr=drmas"], r"Key 'estimatr' not in 'AlgorithmConfig'"),
+        (["rollout.group_size=four"], r"Value 'four' of type 'str' could not be converted to Integer"),
+        (["algorithm.estimator=drmsa"], r"algorithm.estimator: unknown advantage estimator 'drmsa'; accepted: "
+                                        r"\['drmas', 'grpo', 'grpo_step', 'per_turn'\]\. Did you mean 'drmas'\?"),
+        (["agents.verifier=sharde"], r"agents.verifier='sharde' names no model; defined models: \['shared'\]\. "
+                                     r"Did you mean 'shared'\?"),
+        (["algorithm.loss_agg=mean"], r"algorithm.loss_agg='mean'; accepted: \['token-mean'"),
+        (["rollout.temperature=0"], r"rollout.temperature must be > 0 for training"),
+        (["group_size"], r"override 'group_size' must look like key=value"),
+    ],
+)  # fmt: skip
+def test_bad_config_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("quickstart_math", overrides)
+
+
+def test_unknown_preset_suggests():
+    with pytest.raises(ConfigError, match=r"config 'quickstart_maths' is neither a YAML file nor a preset; presets: .*"
+                                          r"Did you mean 'quickstart_math'\?"):  # fmt: skip
+        load_config("quickstart_maths")
+
+
+def test_cli_bad_config_exits_2_before_loading(capsys, monkeypatch):
+    import drmas_train.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert train_main(["algorithm.estimator=gpro"]) == 2
+    assert "Did you mean 'grpo'?" in capsys.readouterr().err
+    assert train_main(["--print-config", "rollout.group_size=5"]) == 0
+    assert "group_size: 5" in capsys.readouterr().out
