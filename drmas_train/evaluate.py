@@ -61,7 +61,9 @@ class EvalConfig:
         k: samples per task (>= 1); pass@k is reported for powers of two up to k, and k.
         policy: ``"oracle"``, ``"random"``, ``"no-search"`` or ``"llm"``.
         model: the model every agent uses (``llm``), e.g. ``"smollm2-135m-instruct"``.
-        agent_models: per-agent overrides ``{agent_id: model}`` (``llm``).
+        agent_models: per-agent overrides ``{agent_id: model}`` (``llm``); a model is a name/path or a dict of
+            :class:`~drmas_train.models.ModelSpec` fields (e.g. ``{"name_or_path": "tiny-qwen3", "seed": 1,
+            "model_id": "tiny-b"}`` for a second, separate copy).
         backend: LLM backend kind for :func:`~drmas_train.assignment.build_models` (``"hf"`` or ``"vllm"``).
         temperature, top_p, top_k, max_new_tokens: sampling (reference validation: 0.6, 0.95, off).
         max_prompt_tokens, truncation: prompt limit and how to cut (``"left"``, ``"middle"``, ``"error"``).
@@ -78,7 +80,7 @@ class EvalConfig:
     k: int = 16
     policy: str = "oracle"
     model: str | None = None
-    agent_models: dict[str, str] = dataclasses.field(default_factory=dict)
+    agent_models: dict[str, Any] = dataclasses.field(default_factory=dict)
     backend: str = "hf"
     temperature: float = 0.6
     top_p: float = 0.95
@@ -136,9 +138,11 @@ class EvalConfig:
             return self.label
         if self.policy != "llm":
             return self.policy
-        if self.agent_models:
-            return ", ".join(f"{a}={m}" for a, m in sorted(self.agent_models.items()))
-        return str(self.model)
+        parts = [str(self.model)] if self.model else []
+        for agent, m in sorted(self.agent_models.items()):
+            name = m.get("model_id") or m.get("name_or_path") if isinstance(m, dict) else m
+            parts.append(f"{agent}={name}")
+        return ", ".join(parts)
 
 
 def episode_seed(seed: int, source_index: int, task_index: int, sample_index: int) -> int:

@@ -70,6 +70,7 @@ class Row:
     policy: str
     agent_models: dict[str, str]
     cells: dict[str, dict[str, Any]]
+    sampling: dict[str, Any] = dataclasses.field(default_factory=dict)
     mean: float = 0.0
     complete: bool = True
     rank: int = 0
@@ -90,12 +91,17 @@ class Row:
 
 @dataclasses.dataclass
 class Table:
-    """One suite's ranked table: its columns (data sources), k and rows in rank order."""
+    """One suite's ranked table: its columns (data sources), k, rows in rank order, and caveats.
+
+    ``notes`` lists differences that do not block ranking but that a reader must know: a data source evaluated
+    on different numbers of tasks, or different sampling parameters.
+    """
 
     suite: str
     k: int
     sources: list[str]
     rows: list[Row]
+    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 def _rows_of(run: RunResult) -> list[Row]:
@@ -113,6 +119,7 @@ def _rows_of(run: RunResult) -> list[Row]:
                 policy=str(summary["policy"]),
                 agent_models=dict(summary.get("agent_models") or {}),
                 cells=sources,
+                sampling=dict(summary.get("sampling") or {}),
             )
         )
     return rows
@@ -152,6 +159,20 @@ def _rank(rows: list[Row], sources: list[str]) -> None:
         prev = key
 
 
+def _notes(rows: list[Row], sources: list[str]) -> list[str]:
+    notes = []
+    for src in sources:
+        counts = sorted({r.cells[src]["num_tasks"] for r in rows if src in r.cells})
+        if len(counts) > 1:
+            notes.append(f"{src}: runs evaluated different numbers of tasks {counts}; compare with care.")
+    llm = [r for r in rows if r.policy == "llm"]
+    settings = {json.dumps(r.sampling, sort_keys=True) for r in llm}
+    if len(settings) > 1:
+        detail = "; ".join(f"{r.label}: {json.dumps(r.sampling, sort_keys=True)}" for r in llm)
+        notes.append(f"LLM runs used different sampling parameters ({detail}).")
+    return notes
+
+
 def build_tables(runs: Sequence[RunResult]) -> dict[str, Table]:
     """Group every (run, env, data_source) into suite tables, check comparability and rank.
 
@@ -177,7 +198,7 @@ def build_tables(runs: Sequence[RunResult]) -> dict[str, Table]:
         known = [s for s in SUITES.get(suite, ()) if s in present]
         sources = known + sorted(present - set(known))
         _rank(rows, sources)
-        tables[suite] = Table(suite, rows[0].k, sources, rows)
+        tables[suite] = Table(suite, rows[0].k, sources, rows, _notes(rows, sources))
     return tables
 
 
@@ -192,6 +213,11 @@ def _pct_se(v: tuple[float, float | None] | None) -> str:
     if v is None:
         return "—"
     return _pct(v[0]) if v[1] is None else f"{_pct(v[0])} ± {_pct(v[1])}"
+
+
+def _models(r: Row) -> str:
+    models = ", ".join(f"{a}={m}" for a, m in sorted(r.agent_models.items()))
+    return f"policy {r.policy}; {models}; from {r.run_dir}"
 
 
 def _name(r: Row) -> str:
@@ -216,6 +242,8 @@ def to_markdown(tables: dict[str, Table], title: str = "drmas leaderboard") -> s
             out.append("| " + " | ".join(cells) + " |")
         if any(not r.complete for r in t.rows):
             out += ["", "\\* missing some data sources; ranked after complete rows, mean over the ones present."]
+        for note in t.notes:
+            out += ["", f"Note: {note}"]
         out.append("")
     return "\n".join(out)
 
@@ -287,7 +315,7 @@ def to_html(tables: dict[str, Table], title: str = "drmas leaderboard") -> str:
         for r in t.rows:
             cells = [
                 _td(str(r.rank), r.rank),
-                f"<td>{html.escape(_name(r))}</td>",
+                f'<td title="{html.escape(_models(r))}">{html.escape(_name(r))}</td>',
                 f"<td><code>{html.escape(r.env_id)}</code></td>",
             ]
             for s in t.sources:
@@ -299,6 +327,7 @@ def to_html(tables: dict[str, Table], title: str = "drmas leaderboard") -> str:
                 f'<tr data-label="{html.escape(r.label)}" data-env="{html.escape(r.env_id)}">' + "".join(cells) + "</tr>"
             )
         parts.append("</tbody></table>")
+        parts += [f'<p class="note">Note: {html.escape(note)}</p>' for note in t.notes]
     parts.append(f"<script>{_JS}</script></body></html>")
     return "\n".join(parts)
 

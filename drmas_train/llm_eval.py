@@ -17,9 +17,9 @@ from typing import Any
 __all__ = ["run_llm", "agent_model_mapping"]
 
 
-def agent_model_mapping(config: Any) -> dict[str, str]:
+def agent_model_mapping(config: Any) -> dict[str, Any]:
     """``{"*": model, **agent_models}`` (the default first, then the per-agent overrides)."""
-    mapping: dict[str, str] = {}
+    mapping: dict[str, Any] = {}
     if config.model:
         mapping["*"] = config.model
     mapping.update(config.agent_models)

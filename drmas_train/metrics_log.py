@@ -135,7 +135,7 @@ def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
     fig, (ax_r, ax_g) = plt.subplots(1, 2, figsize=(11, 4))
     for k, pts in sorted(series.items()):
         ax = ax_r if k.startswith("reward/") else ax_g
-        xs, ys = zip(*pts)
+        xs, ys = zip(*pts, strict=False)
         ax.plot(xs, ys, marker="o", label=k.split("/")[1])
     ax_r.set(title="reward per agent (mean)", xlabel="iteration", ylabel="reward")
     ax_g.set(title="pre-clip grad norm per model", xlabel="iteration", ylabel="L2 norm")

@@ -71,7 +71,6 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     """
     import drmas_envs
     from drmas_envs.data.load import load_tasks
-
     from drmas_train.assignment import build_models, make_backend
     from drmas_train.checkpoint import latest_checkpoint, load_checkpoint
     from drmas_train.metrics_log import MetricsLogger
@@ -95,7 +94,10 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     tasks = probe.tasks if tasks is None else tasks
     val_tasks = None
     if cfg.eval.every > 0:
-        val_src = load_tasks(cfg.eval.data or cfg.env.data, seed=cfg.seed + 10_000)  # other seed: held-out draws
+        spec = cfg.eval.data or cfg.env.data
+        # procedural sources: another seed gives held-out problems; files: the first eval.size rows of the file;
+        # no data at all: the env's own tasks (then not held out).
+        val_src = load_tasks(spec, seed=cfg.seed + 10_000) if spec else tasks
         val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
 
     specs = model_specs(cfg)

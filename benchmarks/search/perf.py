@@ -48,15 +48,16 @@ def bm25_perf(num_passages: int, num_queries: int, cache: str) -> dict:
     if not warm.loaded_from_cache:
         raise RuntimeError(f"the BM25 index was not cached under {cache}")
     retriever.search(queries[:8], 3)  # warm-up
-    latency = {}
+    latency, cpu = {}, {}
     for batch in (1, 16, 256, len(queries)):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         done = 0
         for i in range(0, min(len(queries), max(batch * 8, 256)), batch):
             chunk = queries[i : i + batch]
             retriever.search(chunk, 3)
             done += len(chunk)
         latency[f"batch_{batch}"] = _ms((time.perf_counter() - start) / done)
+        cpu[f"batch_{batch}"] = _ms((time.process_time() - cpu_start) / done)
     words = sum(len(p.text.split()) for p in enc.passages)
     return {
         "num_passages": len(enc.passages),
@@ -65,8 +66,11 @@ def bm25_perf(num_passages: int, num_queries: int, cache: str) -> dict:
         "build_index_s": round(build_s, 2),
         "load_cached_index_s": round(load_s, 2),
         "query_ms_per_query_top3": latency,
+        "query_cpu_ms_per_query_top3 (process CPU time: the unloaded-machine proxy)": cpu,
+        "load_average_1min": round(os.getloadavg()[0], 2),
         "target_ms_per_query": 2.0,
-        "meets_target_batched": latency[f"batch_{len(queries)}"] < 2.0,
+        "meets_target_batched_wall": latency[f"batch_{len(queries)}"] < 2.0,
+        "meets_target_batched_cpu": cpu[f"batch_{len(queries)}"] < 2.0,
         "_retriever": retriever,
         "_queries": queries,
     }

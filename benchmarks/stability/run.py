@@ -5,14 +5,13 @@ The experiment (``docs/stability.md`` explains it and quotes the measured number
 * **Env** (:class:`TargetVerdictEnv`, id ``stability-target-verdict-v0``, registered by this script only). Two agents
   with *strongly different per-call reward distributions*, the setting of Dr. MAS Proposition 4.3
   (arXiv 2602.08847): the **solver** makes ``solver_calls`` attempts per episode at a *hard task* (its text must
-  contain the target digit ``7``; ~7 % of random-init tiny-llama calls do), the **verifier** makes one call whose
-  only requirement is an *easy format* (its text must start with a lowercase ASCII letter; ~24 % at init, one
-  token to learn). Each call is judged on its own: a failed call costs the env's ``format_penalty`` (1.0), and
+  contain the target digit ``9``; ~1.6 % of random-init tiny-llama calls of 8 tokens do), the **verifier** makes
+  one call whose only requirement is an *easy format* (a verdict word with an ``e`` in it, as in "yes", "correct",
+  "incorrect"; ~50 % at init). Each call is judged on its own: a failed call costs the env's ``format_penalty`` (1.0), and
   the shared episode reward is 0. So a call's reward (``score - penalty``, the drmas convention) is 0 or -1: per
   agent a Bernoulli, exactly Proposition 4.3's model, with sample shares 3/4 (solver) and 1/4 (verifier). At init
-  the predicted global-normalisation factors are ~0.67 (solver) and ~2.0 (verifier), rising to ~2.3 for the
-  verifier as it masters the format while the solver still fails: the minority agent whose rewards sit far from
-  the pooled mean is the one global normalisation inflates.
+  (success ~0.02 vs ~0.5) the predicted global-normalisation factors are ~0.28 (solver) and ~3.2 (verifier): the
+  minority agent whose rewards sit far from the pooled mean is the one global normalisation inflates.
 * **Models**: two separate ``tiny-llama`` models (random init, same seed; Dr. MAS "non-sharing"), one per agent,
   so each model's pre-clip gradient norm is one agent's. tiny-llama's 384-token byte-level vocabulary keeps the
   event rates above in a learnable range (with Qwen3's 151k-token vocabulary any given digit token is ~1e-5 per
@@ -20,8 +19,8 @@ The experiment (``docs/stability.md`` explains it and quotes the measured number
 * **Arms**: the library's trainer (:func:`drmas_train.trainer.train`) run once per estimator with identical seeds
   (same init, same task order, same sampling seeds: iteration 1 sees identical rollouts), differing only in
   ``algorithm.estimator``. Default arms: ``grpo`` (the paper's baseline: trajectory-averaged scores normalised per
-  prompt group) and ``drmas`` (agent-wise); ``grpo_step`` (per-call global normalisation, Proposition 4.3's
-  exact setting) can be added with ``--estimators grpo drmas grpo_step``.
+  prompt group), ``drmas`` (agent-wise) and ``grpo_step`` (per-call global normalisation, Proposition 4.3's exact
+  setting); ``--estimators grpo drmas`` runs only the two the issue names.
 * **Measured**: every iteration's pre-clip grad norm per model (one optimizer step per iteration, so the trainer's
   ``loss/<model>/grad_norm`` is that step's norm), per-agent reward, valid-action rate and measured advantage
   second moment ``E_k[A^2] = adv std^2 + adv mean^2`` beside the Proposition 4.3 prediction from the batch's
@@ -74,7 +73,7 @@ class TargetVerdictEnv(TextAECEnv):
     observation   chat messages: the task ("write the digit 7"), the attempt number / the solver's last text
     action        any text
     solver call   valid iff the text contains ``target`` (the task; hard)
-    verifier call valid iff the text starts with a lowercase ASCII letter ``a``-``z`` (the format; easy)
+    verifier call valid iff the text contains ``verdict_letter`` (``e``: "yes", "correct"; the format; easy)
     reward        episode reward 0 for all; each invalid call costs ``format_penalty`` -> per call 0 or -penalty
     won           some solver attempt was valid
     ============  =======================================================================================
@@ -82,10 +81,12 @@ class TargetVerdictEnv(TextAECEnv):
     Args:
         n_tasks: number of (equally hard) tasks; they differ only in their id/prompt text.
         target: the string the solver must produce. solver_calls: solver attempts per episode (>= 1).
+        verdict_letter: the string a valid verifier text contains.
         format_penalty: cost of a failed call (> 0). render_mode: as :class:`TextAECEnv`.
 
     Raises:
-        ValueError: ``n_tasks`` or ``solver_calls`` < 1, an empty ``target``, or ``format_penalty`` <= 0.
+        ValueError: ``n_tasks`` or ``solver_calls`` < 1, an empty ``target`` / ``verdict_letter``, or
+            ``format_penalty`` <= 0.
     """
 
     possible_agents = list(AGENTS)
@@ -94,15 +95,18 @@ class TargetVerdictEnv(TextAECEnv):
     def __init__(
         self,
         n_tasks: int = 16,
-        target: str = "7",
+        target: str = "9",
         solver_calls: int = 3,
+        verdict_letter: str = "e",
         format_penalty: float = 1.0,
         render_mode: str | None = None,
     ) -> None:
         if n_tasks < 1 or solver_calls < 1:
             raise ValueError(f"n_tasks and solver_calls must be >= 1, got {n_tasks} and {solver_calls}")
-        if not target:
-            raise ValueError("target must be a non-empty string")
+        if not target or not verdict_letter:
+            raise ValueError(
+                f"target and verdict_letter must be non-empty strings, got {target!r}, {verdict_letter!r}"
+            )
         if not format_penalty > 0:
             raise ValueError(
                 f"format_penalty must be > 0 (it is the only reward signal), got {format_penalty!r}"
@@ -115,6 +119,7 @@ class TargetVerdictEnv(TextAECEnv):
         )
         super().__init__(tasks, format_penalty=format_penalty, render_mode=render_mode)
         self.solver_calls = int(solver_calls)
+        self.verdict_letter = verdict_letter
 
     def _start_episode(self) -> str:
         self._attempts = 0
@@ -141,7 +146,7 @@ class TargetVerdictEnv(TextAECEnv):
             self._hits += hit
             nxt = "solver" if self._attempts < self.solver_calls else "verifier"
             return Turn(valid=hit, next_agent=nxt)
-        return Turn(valid=text[:1].isascii() and text[:1].islower(), next_agent=None)
+        return Turn(valid=self.verdict_letter in text, next_agent=None)
 
     def _episode_outcome(self) -> Outcome:
         return Outcome(0.0, self._hits > 0, {"solver_hits": self._hits})
@@ -325,9 +330,9 @@ def plot_arms(arms: dict[str, dict[str, Any]], out_png: Path, *, ratio: float) -
                 axes[0, col].scatter(s + 1, norms[s], color=colors[name], marker="x", s=60, zorder=3)
             axes[1, col].plot(it, ag["valid_rate"], color=colors[name], label=name)
             axes[2, col].plot(it, ag["adv_second_moment"], color=colors[name], label=f"{name} measured")
-        first = next(iter(arms.values()))["agents"][a]
-        axes[2, col].plot(it, first["prop43_predicted"], color="k", ls="--", lw=1,
-                          label="Prop. 4.3 global factor (from " + next(iter(arms)) + " batches)")  # fmt: skip
+        ref = "grpo_step" if "grpo_step" in arms else next(iter(arms))  # predicted for its own batches
+        axes[2, col].plot(it, arms[ref]["agents"][a]["prop43_predicted"], color="k", ls="--", lw=1,
+                          label=f"Prop. 4.3 global factor (from {ref} batches)")  # fmt: skip
         axes[0, col].set(
             title=f"{a} model: pre-clip grad norm (x = >{ratio:g}x running median)", yscale="log"
         )
@@ -347,8 +352,10 @@ def plot_arms(arms: dict[str, dict[str, Any]], out_png: Path, *, ratio: float) -
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI: train one arm per estimator, then write ``summary.json`` and ``stability.png`` into ``--out``."""
     ap = argparse.ArgumentParser(description="GRPO vs Dr. MAS gradient-norm stability run (CPU)")
-    ap.add_argument("--estimators", nargs="+", default=["grpo", "drmas"], help="one run per estimator")
-    ap.add_argument("--iterations", type=int, default=60)
+    ap.add_argument(
+        "--estimators", nargs="+", default=["grpo", "drmas", "grpo_step"], help="one run per estimator"
+    )
+    ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=4, help="N tasks per iteration")
     ap.add_argument("--group-size", type=int, default=8, help="G rollouts per task")
     ap.add_argument("--solver-calls", type=int, default=3, help="solver attempts per episode (verifier: 1)")

@@ -19,6 +19,7 @@ reward is ``R - format_penalty * (number of its invalid calls)``, and one call's
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import sys
 from typing import Any
 
@@ -174,9 +175,10 @@ class TextAECEnv(AECEnv):
             self.task = options["task"]
         elif "task_index" in options:
             index = options["task_index"]
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.tasks):
+            # numbers.Integral: numpy integers (e.g. from np.arange in a rollout loop) are valid indices too
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < len(self.tasks):
                 raise ValueError(f"options['task_index'] must be an int in [0, {len(self.tasks)}), got {index!r}")
-            self.task = self.tasks[index]
+            self.task = self.tasks[int(index)]
         else:
             self.task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
 

@@ -2,12 +2,15 @@
 
 Everything returns a :class:`~drmas_envs.core.TaskSource` of :class:`~drmas_envs.core.Task`; :func:`load_tasks`
 takes any spec (``"reasoning_gym:gsm_symbolic"``, a file path, ``"hf:openai/gsm8k:main@test"``).
-Row formats (how a record becomes a Task) are a registry by name (:mod:`drmas_envs.data.formats`), so QA
+Row formats (how a record becomes a Task) are a registry by name (:mod:`drmas_envs.data.row_formats`), so QA
 formats defined elsewhere plug into the same file/HF loaders with :func:`register_format`.
 """
 
 from drmas_envs.data.files import data_source_from_path, load_file, read_rows
-from drmas_envs.data.formats import (
+from drmas_envs.data.hf import HFUnavailableError, hf_offline, load_hf
+from drmas_envs.data.load import DEFAULT_MATH_SPEC, load_tasks
+from drmas_envs.data.procedural import ReasoningGymSource
+from drmas_envs.data.row_formats import (
     FORMAT_MODULES,
     DataFormatError,
     RowFormat,
@@ -17,9 +20,6 @@ from drmas_envs.data.formats import (
     infer_format,
     register_format,
 )
-from drmas_envs.data.hf import HFUnavailableError, hf_offline, load_hf
-from drmas_envs.data.load import DEFAULT_MATH_SPEC, load_tasks
-from drmas_envs.data.procedural import ReasoningGymSource
 
 __all__ = [
     "DEFAULT_MATH_SPEC",

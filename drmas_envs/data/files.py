@@ -1,6 +1,6 @@
 """Local JSONL / Parquet task files -> :class:`~drmas_envs.core.ListTaskSource`.
 
-Rows are converted by a :mod:`~drmas_envs.data.formats` format, given by name or inferred from the first
+Rows are converted by a :mod:`~drmas_envs.data.row_formats` format, given by name or inferred from the first
 row. ``data_source`` is, in order: the ``data_source`` argument, the row's own ``data_source`` field, the file
 name without its split suffix (``math500_test.jsonl`` -> ``math500``), the format's default.
 Every row error names the file, the 1-based line (JSONL) or row (Parquet) and the field.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import ListTaskSource, Task
-from drmas_envs.data.formats import DataFormatError, RowFormat, get_format, infer_format
+from drmas_envs.data.row_formats import DataFormatError, RowFormat, get_format, infer_format
 
 __all__ = ["FILE_SUFFIXES", "read_rows", "load_file", "data_source_from_path", "rows_to_tasks"]
 
@@ -117,7 +117,7 @@ def load_file(
 
     Args:
         path: ``.jsonl`` / ``.json`` (one object per line) or ``.parquet``.
-        format: a :mod:`~drmas_envs.data.formats` name; inferred from the first row when omitted.
+        format: a :mod:`~drmas_envs.data.row_formats` name; inferred from the first row when omitted.
         data_source: tag for every task (default: see the module docstring).
         limit: keep only the first ``limit`` rows.
 

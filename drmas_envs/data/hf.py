@@ -2,7 +2,7 @@
 
 Offline (``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` set to ``1``/``true``/``yes``) fails at once with a message
 saying how to load a local file instead, before ``datasets`` is imported or any network is tried.
-Rows are converted by a :mod:`~drmas_envs.data.formats` format (given, or inferred from the first row).
+Rows are converted by a :mod:`~drmas_envs.data.row_formats` format (given, or inferred from the first row).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 
 from drmas_envs.core import ListTaskSource
 from drmas_envs.data.files import rows_to_tasks
-from drmas_envs.data.formats import DataFormatError
+from drmas_envs.data.row_formats import DataFormatError
 
 __all__ = ["HFUnavailableError", "hf_offline", "load_hf"]
 

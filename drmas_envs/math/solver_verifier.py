@@ -26,7 +26,7 @@ gets the episode reward ``R``; each invalid call costs its agent ``format_penalt
 | last solver answer correct | +1 | +1 |
 | last solver answer wrong / no box / timeout | 0 | 0 |
 | each solver call without a non-blank ``\boxed{}`` | -0.1 | 0 |
-| each verifier call without ``<verify>approve|reject</verify>`` | 0 | -0.1 |
+| each verifier call without a ``<verify>`` approve / reject tag | 0 | -0.1 |
 
 So an agent's return is ``R - 0.1 * (its invalid calls)``; ``infos[agent]["penalty"]`` is the penalty of that call.
 

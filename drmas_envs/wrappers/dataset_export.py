@@ -80,27 +80,33 @@ class EpisodeRecord:
 
 def record_episode(
     env: AECEnv,
-    policies: Mapping[str, Callable[[Any], str]],
+    policies: Mapping[str, Callable[[Any], Any]],
     *,
     seed: int | None = None,
     options: dict[str, Any] | None = None,
     traj_uid: str | None = None,
     max_calls: int = 10_000,
 ) -> EpisodeRecord:
-    """Play one episode of a drmas text env with ``policies`` and record every call.
+    """Play one episode of a drmas env with ``policies`` and record every call.
+
+    ``env`` may be wrapped (DiscreteChoices, TokenSpaces, ...): policies get the wrapped observation and
+    return the wrapped action, while the record holds what the text env saw and received: the prompt and
+    messages of ``env.unwrapped.observe(agent)`` and the text of ``env.unwrapped.history[-1]``.
 
     Args:
-        env: a drmas text env (observations ``{"prompt", "messages"}``, text actions).
-        policies: agent id -> ``policy(observation) -> str`` for every agent that may act.
+        env: a drmas env (its ``unwrapped`` observations are ``{"prompt", "messages"}``), possibly wrapped.
+        policies: agent id -> ``policy(observation) -> action`` for every agent that may act.
         seed, options: passed to ``env.reset``.
         traj_uid: id of the episode (default: a random uuid4 hex).
         max_calls: stop with an error after this many calls (guards against a non-terminating env).
 
     Raises:
         KeyError: an agent with no policy got the turn (the message names it).
+        TypeError: the action that reached the text env is not a str (names the agent).
         RuntimeError: the episode did not end within ``max_calls`` calls, or ended without ``score``.
     """
     env.reset(seed=seed, options=options)
+    base = env.unwrapped
     calls: list[CallRecord] = []
     per_agent: dict[str, int] = {}
     final: dict[str, Any] = {}
@@ -112,18 +118,24 @@ def record_episode(
         if len(calls) >= max_calls:
             raise RuntimeError(f"episode did not end within max_calls={max_calls} calls")
         if agent not in policies:
-            raise KeyError(f"no policy for agent {agent!r}, whose turn it is; policies cover {sorted(policies)}")
-        obs = env.observe(agent)
-        completion = policies[agent](obs)
-        env.step(completion)
-        info = env.infos[agent]
+            raise KeyError(
+                f"no policy for agent {agent!r}, whose turn it is; policies cover {sorted(policies)}"
+            )
+        text_obs = base.observe(agent)
+        action = policies[agent](env.observe(agent))
+        env.step(action)
+        history = getattr(base, "history", None)
+        completion = history[-1].text if history else action
+        if not isinstance(completion, str):
+            raise TypeError(f"the action of agent {agent!r} that reached the env is not text: {completion!r}")
+        info = base.infos[agent]
         calls.append(
             CallRecord(
                 agent_id=agent,
                 turn=len(calls),
                 agent_turn=per_agent.get(agent, 0),
-                prompt=obs["prompt"],
-                messages=tuple(dict(m) for m in obs["messages"]),
+                prompt=text_obs["prompt"],
+                messages=tuple(dict(m) for m in text_obs["messages"]),
                 completion=completion,
                 is_action_valid=bool(info.get("is_action_valid", True)),
                 penalty=float(info.get("penalty", 0.0)),

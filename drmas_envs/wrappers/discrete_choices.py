@@ -57,7 +57,9 @@ class DiscreteChoices(BaseWrapper):
         self.choices: dict[str, tuple[str, ...]] = {}
         for agent, texts in choices.items():
             if agent not in env.possible_agents:
-                raise ValueError(f"unknown agent {agent!r} in choices; the env's agents are {list(env.possible_agents)}")
+                raise ValueError(
+                    f"unknown agent {agent!r} in choices; the env's agents are {list(env.possible_agents)}"
+                )
             if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
                 raise ValueError(f"choices[{agent!r}] must be a non-empty list of str, got {texts!r}")
             if not all(isinstance(t, str) for t in texts):

@@ -53,7 +53,9 @@ class TurnBasedParallelEnv(ParallelEnv):
 
     def __init__(self, aec_env: AECEnv) -> None:
         if not isinstance(aec_env, AECEnv):
-            raise TypeError(f"to_parallel expects a PettingZoo AECEnv (e.g. a drmas env), got {type(aec_env).__name__}")
+            raise TypeError(
+                f"to_parallel expects a PettingZoo AECEnv (e.g. a drmas env), got {type(aec_env).__name__}"
+            )
         self.aec_env = aec_env
         self.possible_agents = list(aec_env.possible_agents)
         self.metadata = dict(getattr(aec_env, "metadata", {}))

@@ -99,31 +99,45 @@ class SingleAgentEnv(gymnasium.Env):
         max_reset_attempts: int = 100,
     ) -> None:
         if not isinstance(env, AECEnv):
-            raise TypeError(f"SingleAgentEnv expects a PettingZoo AECEnv (a drmas env), got {type(env).__name__}")
+            raise TypeError(
+                f"SingleAgentEnv expects a PettingZoo AECEnv (a drmas env), got {type(env).__name__}"
+            )
         agents = list(env.possible_agents)
         if agent_id not in agents:
             raise ValueError(f"unknown agent_id {agent_id!r}; the env's agents are {agents}")
-        if isinstance(max_reset_attempts, bool) or not isinstance(max_reset_attempts, int) or max_reset_attempts < 1:
+        if (
+            isinstance(max_reset_attempts, bool)
+            or not isinstance(max_reset_attempts, int)
+            or max_reset_attempts < 1
+        ):
             raise ValueError(f"max_reset_attempts must be an int >= 1, got {max_reset_attempts!r}")
         if isinstance(others, str):
             if others != "random":
                 raise ValueError(f"others must be 'random' or a dict {{agent_id: policy}}, got {others!r}")
             others = dict.fromkeys((a for a in agents if a != agent_id), "random")
         if not isinstance(others, Mapping):
-            raise TypeError(f"others must be 'random' or a dict {{agent_id: policy}}, got {type(others).__name__}")
+            raise TypeError(
+                f"others must be 'random' or a dict {{agent_id: policy}}, got {type(others).__name__}"
+            )
         unknown = sorted(set(others) - set(agents) - {agent_id})
         if unknown or agent_id in others:
             bad = unknown or [agent_id]
-            raise ValueError(f"others has policies for {bad}, which are not other agents of the env ({agents})")
+            raise ValueError(
+                f"others has policies for {bad}, which are not other agents of the env ({agents})"
+            )
         missing = [a for a in agents if a != agent_id and a not in others]
         if missing:
-            raise ValueError(f"no policy for agents {missing}: give others={{agent: policy}} or others='random'")
+            raise ValueError(
+                f"no policy for agents {missing}: give others={{agent: policy}} or others='random'"
+            )
         self.policies: dict[str, Policy] = {}
         for agent, policy in others.items():
             if isinstance(policy, str) and policy == "random":
                 policy = RandomPolicy(env.action_space(agent))
             if not callable(policy):
-                raise TypeError(f"policy for agent {agent!r} must be callable(observation) -> action, got {policy!r}")
+                raise TypeError(
+                    f"policy for agent {agent!r} must be callable(observation) -> action, got {policy!r}"
+                )
             self.policies[agent] = policy
 
         self.env = env
@@ -132,7 +146,10 @@ class SingleAgentEnv(gymnasium.Env):
         self.observation_space = env.observation_space(agent_id)
         self.action_space = env.action_space(agent_id)
         self.render_mode = getattr(env, "render_mode", None)
-        self.metadata = {"render_modes": list(getattr(env, "metadata", {}).get("render_modes", [])), "render_fps": 1}
+        self.metadata = {
+            "render_modes": list(getattr(env, "metadata", {}).get("render_modes", [])),
+            "render_fps": 1,
+        }
         self._needs_reset = True
 
     def reset(
@@ -167,7 +184,9 @@ class SingleAgentEnv(gymnasium.Env):
             the drmas env's own errors for a malformed action (e.g. TypeError for a non-str text action).
         """
         if self._needs_reset:
-            raise RuntimeError("SingleAgentEnv.step() called before reset() or after the episode ended; call reset()")
+            raise RuntimeError(
+                "SingleAgentEnv.step() called before reset() or after the episode ended; call reset()"
+            )
         self.env.step(action)
         reward = float(self.env.rewards.get(self.agent_id, 0.0))
         reward += self._advance()
@@ -179,7 +198,11 @@ class SingleAgentEnv(gymnasium.Env):
 
     def _agent_done(self) -> bool:
         env = self.env
-        return self.agent_id not in env.agents or env.terminations[self.agent_id] or env.truncations[self.agent_id]
+        return (
+            self.agent_id not in env.agents
+            or env.terminations[self.agent_id]
+            or env.truncations[self.agent_id]
+        )
 
     def _advance(self) -> float:
         """Play other agents until ``agent_id`` must act or is done; return its reward meanwhile."""
@@ -228,7 +251,10 @@ def make_single_agent_env(
     for wrap in aec_wrappers:
         aec = wrap(aec)
     return SingleAgentEnv(
-        aec, aec.possible_agents[0] if agent_id is None else agent_id, others, max_reset_attempts=max_reset_attempts
+        aec,
+        aec.possible_agents[0] if agent_id is None else agent_id,
+        others,
+        max_reset_attempts=max_reset_attempts,
     )
 
 

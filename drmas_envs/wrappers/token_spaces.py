@@ -141,7 +141,9 @@ class TokenSpaces(BaseWrapper):
         self.tokenizer = tokenizer
         self.max_obs_tokens = _positive_int("max_obs_tokens", max_obs_tokens)
         self.max_act_tokens = _positive_int("max_act_tokens", max_act_tokens)
-        self.vocab_size = _positive_int("vocab_size", vocab_size) if vocab_size is not None else vocab_size_of(tokenizer)
+        self.vocab_size = (
+            _positive_int("vocab_size", vocab_size) if vocab_size is not None else vocab_size_of(tokenizer)
+        )
         if truncation_side not in ("left", "right"):
             raise ValueError(f"truncation_side must be 'left' or 'right', got {truncation_side!r}")
         self.truncation_side = truncation_side
@@ -151,7 +153,11 @@ class TokenSpaces(BaseWrapper):
                 f"{type(tokenizer).__name__} has no pad token id; pass pad_id=... (e.g. the id of '<|endoftext|>' "
                 "or of the EOS token): it pads observations and ends token actions"
             )
-        if isinstance(pad_id, bool) or not isinstance(pad_id, (int, np.integer)) or not 0 <= pad_id < self.vocab_size:
+        if (
+            isinstance(pad_id, bool)
+            or not isinstance(pad_id, (int, np.integer))
+            or not 0 <= pad_id < self.vocab_size
+        ):
             raise ValueError(f"pad_id must be an int in [0, {self.vocab_size}), got {pad_id!r}")
         self.pad_id = int(pad_id)
         self.obs_text = obs_text if obs_text is not None else _prompt_of
@@ -160,7 +166,9 @@ class TokenSpaces(BaseWrapper):
             "input_ids": spaces.Box(0, self.vocab_size - 1, (self.max_obs_tokens,), dtype=np.int64),
             "attention_mask": spaces.Box(0, 1, (self.max_obs_tokens,), dtype=np.int8),
         }
-        self._token_action_space = spaces.MultiDiscrete(np.full(self.max_act_tokens, self.vocab_size), dtype=np.int64)
+        self._token_action_space = spaces.MultiDiscrete(
+            np.full(self.max_act_tokens, self.vocab_size), dtype=np.int64
+        )
         self._passthrough: dict[str, tuple[str, ...]] = {}
         self._observation_spaces: dict[str, spaces.Dict] = {}
         self._action_spaces: dict[str, spaces.Space] = {}
@@ -178,7 +186,9 @@ class TokenSpaces(BaseWrapper):
                 shared_obs[extra] = spaces.Dict({**token_obs, **{k: inner_obs.spaces[k] for k in extra}})
             self._observation_spaces[agent] = shared_obs[extra]
             inner_act = env.action_space(agent)
-            self._action_spaces[agent] = self._token_action_space if isinstance(inner_act, spaces.Text) else inner_act
+            self._action_spaces[agent] = (
+                self._token_action_space if isinstance(inner_act, spaces.Text) else inner_act
+            )
 
     # ---- spaces ----
     def observation_space(self, agent: str) -> spaces.Dict:
@@ -194,7 +204,9 @@ class TokenSpaces(BaseWrapper):
         """``(input_ids (O,) int64, attention_mask (O,) int8)`` of ``text``, truncated and right-padded."""
         ids = encode_ids(self.tokenizer, text)
         if len(ids) > self.max_obs_tokens:
-            ids = ids[-self.max_obs_tokens :] if self.truncation_side == "left" else ids[: self.max_obs_tokens]
+            ids = (
+                ids[-self.max_obs_tokens :] if self.truncation_side == "left" else ids[: self.max_obs_tokens]
+            )
         input_ids = np.full(self.max_obs_tokens, self.pad_id, dtype=np.int64)
         input_ids[: len(ids)] = ids
         attention_mask = np.zeros(self.max_obs_tokens, dtype=np.int8)
@@ -208,13 +220,19 @@ class TokenSpaces(BaseWrapper):
             ValueError: ``action`` is not a 1-D integer array of length 1..K with ids in ``[0, V)``.
         """
         ids = np.asarray(action)
-        if ids.ndim != 1 or not 1 <= ids.shape[0] <= self.max_act_tokens or not np.issubdtype(ids.dtype, np.integer):
+        if (
+            ids.ndim != 1
+            or not 1 <= ids.shape[0] <= self.max_act_tokens
+            or not np.issubdtype(ids.dtype, np.integer)
+        ):
             raise ValueError(
                 f"token action must be a 1-D integer array of length 1..{self.max_act_tokens}, got "
                 f"shape {ids.shape} dtype {ids.dtype}"
             )
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got min {ids.min()} max {ids.max()}")
+            raise ValueError(
+                f"token ids must be in [0, {self.vocab_size}), got min {ids.min()} max {ids.max()}"
+            )
         stops = np.flatnonzero(ids == self.pad_id)
         kept = ids[: stops[0]] if stops.size else ids
         return self.tokenizer.decode([int(i) for i in kept])

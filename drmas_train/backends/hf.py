@@ -177,7 +177,10 @@ class HFBackend:
             if greedy:
                 tokens = scaled.argmax(-1)  # (B,)
             else:
-                probs = torch.softmax(filter_logits(scaled, sampling.top_k, sampling.top_p), dim=-1)
+                if sampling.top_k != -1 or sampling.top_p < 1.0:
+                    probs = torch.softmax(filter_logits(scaled, sampling.top_k, sampling.top_p), dim=-1)  # (B, V)
+                else:
+                    probs = logp.exp()  # (B, V)
                 tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
             token_lp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B,)
             token_list, lp_list = tokens.tolist(), token_lp.tolist()

@@ -124,12 +124,20 @@ def main(argv: list[str]) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    from drmas_envs.registration import RegistrationError
+    from drmas_train.baselines import BaselineError
     from drmas_train.evaluate import evaluate
     from drmas_train.results import ResultsError
 
+    expected: tuple[type[BaseException], ...] = (ResultsError, RegistrationError, BaselineError, FileNotFoundError)
+    if config.policy == "llm":
+        from drmas_train.assignment import AssignmentError
+        from drmas_train.models import ModelNotFoundError
+
+        expected += (AssignmentError, ModelNotFoundError)
     try:
         run = evaluate(config, args.out, progress=not args.no_progress)
-    except ResultsError as err:
+    except expected as err:  # user errors: say what is wrong, no traceback
         print(f"drmas eval: {err}", file=sys.stderr)
         return 2
     print(_report(run.summary))

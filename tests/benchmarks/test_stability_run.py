@@ -29,13 +29,13 @@ def test_env_rewards_are_per_call_bernoulli():
 
     env = drmas_envs.make(run.ENV_ID, solver_calls=3, format_penalty=1.0)
     assert env.possible_agents == ["solver", "verifier"]
-    _play(env, ["a 7", "nope", "777", "yes"])
+    _play(env, ["a 9", "nope", "999", "yes"])
     assert [(r.agent, r.valid) for r in env.history] == [
         ("solver", True), ("solver", False), ("solver", True), ("verifier", True),
     ]  # fmt: skip
     assert env.episode_returns == {"solver": -1.0, "verifier": 0.0}  # one failed solver attempt, R = 0
     assert env.infos["solver"]["won"] is True and env.infos["solver"]["solver_hits"] == 2
-    _play(env, ["x", "y", "z", "Yes"])  # verdict must start with a lowercase letter
+    _play(env, ["x", "y", "z", "no"])  # a valid verdict contains "e"
     assert env.episode_returns == {"solver": -3.0, "verifier": -1.0}
     assert env.infos["verifier"]["won"] is False
 
@@ -45,7 +45,7 @@ def test_env_rewards_are_per_call_bernoulli():
     [
         ({"solver_calls": 0}, r"n_tasks and solver_calls must be >= 1, got 16 and 0"),
         ({"format_penalty": 0.0}, r"format_penalty must be > 0 \(it is the only reward signal\), got 0\.0"),
-        ({"target": ""}, r"target must be a non-empty string"),
+        ({"target": ""}, r"target and verdict_letter must be non-empty strings, got '', 'e'"),
     ],
 )
 def test_env_bad_args(kw, match):
@@ -97,6 +97,7 @@ def test_arm_config_rejects_unknown_estimator(tmp_path):
     assert run.arm_config("drmas", args, tmp_path).algorithm.estimator == "drmas"
 
 
+@pytest.mark.slow  # ~10 s alone, ~30 s on a loaded 2-core machine (two tiny trainer runs)
 def test_smoke_run_writes_summary_and_png(tmp_path, capsys):
     argv = ["--iterations", "2", "--estimators", "grpo", "drmas", "--batch-size", "1", "--group-size", "2",
             "--max-new-tokens", "4", "--out", str(tmp_path)]  # fmt: skip

@@ -202,3 +202,27 @@ def test_real_files_load():
     math = load_tasks(shared_file("math500_test.jsonl"))
     assert (len(gsm), gsm[0].data_source, gsm[0].answer) == (1319, "gsm8k", "18")
     assert (len(math), math[0].data_source, math[0].extra["subject"]) == (500, "math500", "Precalculus")
+
+
+def test_custom_format_plugs_into_the_loaders(tmp_path):
+    from drmas_envs.data import RowFormat, formats, register_format
+    from drmas_envs.data.row_formats import _FORMATS
+
+    def to_task(row, index, data_source):
+        return Task(
+            f"{data_source}-{index}", data_source, row["question"], row["answer"], {"hint": row["hint"]}
+        )
+
+    fmt = RowFormat("unit_hinted", ("question", "answer", "hint"), to_task)
+    register_format(fmt)
+    try:
+        assert formats()["unit_hinted"] is fmt
+        with pytest.raises(ValueError, match="data format 'unit_hinted' is already registered"):
+            register_format(fmt)
+        # a row with question/answer/hint and '####' matches gsm8k too: the format with more fields wins
+        path = _write_jsonl(tmp_path / "quiz_dev.jsonl", [{"question": "q", "answer": "#### 1", "hint": "h"}])
+        tasks = load_tasks(path)
+        assert tasks[0] == Task("quiz-0", "quiz", "q", "#### 1", {"hint": "h"})
+        assert load_tasks(path, format="gsm8k")[0].answer == "1"
+    finally:
+        del _FORMATS["unit_hinted"]

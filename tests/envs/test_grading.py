@@ -134,3 +134,29 @@ def test_one_megabyte_strings_return_fast():
 
 def test_default_worker_is_shared():
     assert default_worker() is default_worker()
+
+
+def test_forked_child_starts_its_own_worker():
+    import json
+    import os
+
+    worker = VerifyWorker()
+    grader = MathGrader(worker=worker)
+    assert grader.grade(r"\boxed{0.25}", r"\frac14").correct
+    parent_pid = worker._proc.pid
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # child: must not write into the parent's worker pipe
+        try:
+            result = grader.grade(r"\boxed{0.75}", r"\frac34")
+            os.write(write_fd, json.dumps([result.correct, worker._proc.pid]).encode())
+            worker.close()
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.waitpid(child, 0)
+    correct, child_worker_pid = json.loads(os.read(read_fd, 1000))
+    os.close(read_fd)
+    assert correct and child_worker_pid != parent_pid
+    assert grader.grade(r"\boxed{1.5}", r"\frac32").correct and worker._proc.pid == parent_pid
+    worker.close()

@@ -249,3 +249,15 @@ def test_data_spec_file(tmp_path):
     env = drmas_envs.make("math-solver-v0", data=str(path))
     env.reset(seed=0)
     assert (env.unwrapped.task.data_source, env.unwrapped.task.answer) == ("aime", "33")
+
+
+def test_bad_actions_through_make():
+    env = drmas_envs.make(SV, data=TASKS)
+    # OrderEnforcingWrapper's message (AssertionError); the raw env's RuntimeError under python -O
+    with pytest.raises((AssertionError, RuntimeError), match=r"reset\(\)"):
+        env.step(r"\boxed{7}")
+    env.reset(options={"task_index": 0})
+    with pytest.raises(
+        TypeError, match=re.escape("action for agent 'solver' must be a str (the model's text), got dict")
+    ):
+        env.step({"text": "7"})

@@ -99,3 +99,11 @@ def test_spaces_are_identity_stable_and_close_twice():
     assert env.action_space("a").contains("ünïcode") and env.action_space("a").contains("")
     env.close()
     env.close()
+
+
+def test_numpy_task_index_is_accepted():
+    import numpy as np
+
+    env = EchoEnv()
+    env.reset(options={"task_index": np.int64(3)})
+    assert env.task.task_id == "t3"

@@ -109,6 +109,11 @@ def test_dense_offline_minilm(tmp_path):
     # a model path containing "e5" switches on E5's query:/passage: prefixes (here forced on the same model)
     e5 = make_retriever("dense", CORPUS, cache_dir=False, shared=False, e5_prefixes=True)
     assert e5.e5 and e5.search(["capital of Germany"], 1)[0][0].id == "p2"
+    assert e5._model is r._model  # one model per process, shared by every DenseRetriever
+    from drmas_envs.search.retrievers import RetrieverError
+
+    with pytest.raises(RetrieverError, match="cannot load sentence-transformers model '/nonexistent/e5-base-v2'"):
+        make_retriever("dense", CORPUS, model="/nonexistent/e5-base-v2", cache_dir=False)
 
 
 def test_unwritable_cache_still_builds(tmp_path):
@@ -116,3 +121,37 @@ def test_unwritable_cache_still_builds(tmp_path):
     blocker.write_text("not a directory")
     r = BM25Retriever(CORPUS, cache_dir=blocker)
     assert not r.loaded_from_cache and r.search(["Berlin"], 1)[0][0].id == "p2"
+
+
+@pytest.mark.parametrize(
+    ("scores", "k", "expected"),
+    [
+        ([0.0, 3.0, 1.0, 3.0, 2.0], 2, [1, 3]),  # ties broken by index
+        ([0.0, 3.0, 1.0, 3.0, 2.0], 3, [1, 3, 4]),
+        ([2.0, 2.0, 2.0, 2.0], 2, [0, 1]),  # all tied
+        ([0.0, 0.0, 0.5], 3, [2]),  # zero scores are never returned
+        ([0.0, 0.0], 1, []),
+        ([1.0], 5, [0]),
+    ],
+)
+def test_top_k_table(scores, k, expected):
+    import numpy as np
+
+    from drmas_envs.search.retrievers.bm25 import _top_k
+
+    assert _top_k(np.asarray(scores, dtype=np.float32), k).tolist() == expected
+
+
+def test_bm25_scores_equal_bm25s_reference():
+    import numpy as np
+
+    from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia
+
+    enc = generate_encyclopedia(EncyclopediaConfig(num_questions=50))
+    r = BM25Retriever(enc.passages, cache_dir=False)
+    questions = [t.question for t in enc.tasks]
+    for q, hits in zip(questions, r.search(questions, 5), strict=True):
+        reference = r._bm25.get_scores(r._tokenize([q])[0])  # bm25s' own scoring
+        top = np.sort(reference)[::-1][: len(hits)]
+        assert [p.score for p in hits] == pytest.approx(top.tolist(), rel=1e-6)
+        assert all(reference[int(p.id[1:])] == pytest.approx(p.score, rel=1e-6) for p in hits)

@@ -7,6 +7,7 @@ from drmas_train.results import config_hash, env_version, episode_row
 
 
 def make_episodes(env_id="toy-v0", sources=("gsm8k",), k=2, won=lambda t, i: (t + i) % 2 == 0, tasks=3):
+    """Schema-valid rows: ``tasks`` tasks x ``k`` samples per source; ``won(task, sample)`` decides the outcome."""
     rows = []
     for src in sources:
         for t in range(tasks):
@@ -37,6 +38,7 @@ def make_episodes(env_id="toy-v0", sources=("gsm8k",), k=2, won=lambda t, i: (t 
 
 
 def make_summary(rows, k, policy="oracle", label=None, config=None):
+    """A summary.json object for ``rows`` (metrics from :func:`summarize_episodes`)."""
     config = config or {"policy": policy, "k": k}
     envs = sorted({r["env_id"] for r in rows})
     return {

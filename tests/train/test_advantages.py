@@ -38,7 +38,7 @@ TABLE = [
 
 
 def cols(table=TABLE):
-    uid, traj, agent, turn, score = (list(c) for c in zip(*table))
+    uid, traj, agent, turn, score = (list(c) for c in zip(*table, strict=False))
     return np.array(score), dict(uid=uid, traj_uid=traj, agent_id=agent, turn=turn)
 
 
@@ -169,7 +169,7 @@ def test_padding_duplication_and_permutation_invariance(name):
 def _slow_group_stats(values, groups, unbiased):
     out = {}
     for g in sorted(set(groups.tolist())):
-        xs = [v for v, gg in zip(values, groups) if gg == g]
+        xs = [v for v, gg in zip(values, groups, strict=False) if gg == g]
         m = sum(xs) / len(xs)
         d = len(xs) - 1 if unbiased else len(xs)
         sd = math.sqrt(sum((x - m) ** 2 for x in xs) / d) if d > 0 else 0.0

@@ -44,6 +44,8 @@ def test_overrides_types_and_yaml_round_trip(tmp_path):
     cfg = load_config(None, ["rollout.group_size=3", "algorithm.estimator=grpo_step", "models.shared.lr=2e-6"])
     assert cfg.rollout.group_size == 3 and cfg.algorithm.estimator == "grpo_step" and cfg.models["shared"].lr == 2e-6
     assert from_yaml(to_yaml(cfg)) == cfg
+    # the README form "--config configs/X.yaml" resolves to the bundled preset from any directory
+    assert load_config("configs/quickstart_math.yaml") == load_config("quickstart_math")
     path = tmp_path / "mine.yaml"
     path.write_text("extends: quickstart_math\nrollout: {group_size: 2}\n")
     assert load_config(str(path)).rollout.group_size == 2

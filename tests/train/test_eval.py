@@ -108,6 +108,9 @@ def test_cli_eval_and_leaderboard(tmp_path, capsys):
     assert eval_cmd.main(["--env", MATH, "--limit", "1", "--k", "1", "--no-progress", "--out", str(runs / "oracle")]) == 2
     assert "already holds a run" in capsys.readouterr().err
 
+    assert eval_cmd.main(["--env", "math-solver-verifer-v0", "--k", "1", "--out", str(tmp_path / "typo")]) == 2
+    assert "no env named 'math-solver-verifer' is registered" in capsys.readouterr().err
+
     assert lb_cmd.main([str(runs), "--out", str(tmp_path / "lb")]) == 0  # a parent dir expands to its runs
     md = (tmp_path / "lb" / "leaderboard.md").read_text()
     assert "| 1 | oracle |" in md and "| 2 | random |" in md and "## math-other" in md
@@ -134,7 +137,7 @@ def test_llm_eval_with_per_agent_models(tmp_path):
         k=2,
         policy="llm",
         model="tiny-qwen3",
-        agent_models={"verifier": "tiny-qwen3"},
+        agent_models={"verifier": {"name_or_path": "tiny-qwen3", "seed": 1, "model_id": "tiny-b"}},
         max_new_tokens=6,
         batch_tasks=2,
         transcripts=True,
@@ -142,10 +145,10 @@ def test_llm_eval_with_per_agent_models(tmp_path):
     run = evaluate(cfg, tmp_path / "llm", progress=False)
     rows = load_run(tmp_path / "llm").episodes
     assert len(rows) == 4 and [r["sample_index"] for r in rows] == [0, 1, 0, 1]
-    assert rows[0]["agent_models"] == {"solver": "tiny-qwen3", "verifier": "tiny-qwen3"}
+    assert rows[0]["agent_models"] == {"solver": "tiny-qwen3", "verifier": "tiny-b"}  # two separate models
     for r in rows:
         assert all(r["tokens_in"][a] > 0 for a in ("solver",))
         assert sum(r["calls"].values()) == len(r["transcript"]) == r["num_turns"]
         assert all(0 < r["tokens_out"][a] <= 6 * r["calls"][a] for a in r["calls"] if r["calls"][a])
     o = _overall(run)
-    assert o["agents"]["solver"]["tokens_out"] > 0 and run.summary["label"] == "verifier=tiny-qwen3"
+    assert o["agents"]["solver"]["tokens_out"] > 0 and run.summary["label"] == "tiny-qwen3, verifier=tiny-b"

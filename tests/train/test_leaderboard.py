@@ -176,3 +176,15 @@ def test_html_in_headless_chromium(runs, tmp_path):
     res = _chromium("--screenshot=" + str(shot), "--window-size=1400,900", "--hide-scrollbars", url, profile=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000
+
+
+def test_notes_on_different_task_counts(tmp_path):
+    runs = [_run(tmp_path, "a", lambda t, i: True, tasks=4), _run(tmp_path, "b", lambda t, i: True, tasks=3)]
+    tables = build_tables(runs)
+    assert tables["math"].notes == [
+        "gsm8k: runs evaluated different numbers of tasks [3, 4]; compare with care.",
+        "math500: runs evaluated different numbers of tasks [3, 4]; compare with care.",
+    ]
+    written = write_leaderboard(runs, tmp_path / "lb", png=False)
+    assert "Note: gsm8k: runs evaluated different numbers of tasks [3, 4]" in written["markdown"].read_text()
+    assert '<p class="note">Note: math500' in written["html"].read_text()

@@ -10,10 +10,10 @@ import torch
 from drmas_train.losses import PolicyLossConfig, aggregate, kl_penalty, policy_loss
 
 
-def _one_token(ratio: float, adv: float, cfg=PolicyLossConfig()):
+def _one_token(ratio: float, adv: float, cfg: PolicyLossConfig | None = None):
     old = torch.tensor([[math.log(0.5)]])
     lp = (old + math.log(ratio)).clone().requires_grad_(True)
-    loss, metrics = policy_loss(lp, old, torch.tensor([adv]), torch.ones(1, 1), cfg)
+    loss, metrics = policy_loss(lp, old, torch.tensor([adv]), torch.ones(1, 1), cfg or PolicyLossConfig())
     loss.backward()
     return loss.item(), lp.grad.item(), metrics
 

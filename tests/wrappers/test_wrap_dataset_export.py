@@ -66,11 +66,20 @@ def test_standard_rows_per_agent(episode):
 
 def test_penalised_call_gets_reward_minus_penalty():
     env = VerifyLoopEnv(format_penalty=0.25)
-    ep = record_episode(env, {"solver": lambda o: "4", "verifier": lambda o: "<verify>approve</verify>"}, seed=0,
-                        options={"task_index": 2}, traj_uid="ep1")
+    ep = record_episode(
+        env,
+        {"solver": lambda o: "4", "verifier": lambda o: "<verify>approve</verify>"},
+        seed=0,
+        options={"task_index": 2},
+        traj_uid="ep1",
+    )
     rows = episodes_to_rows([ep])
     # "4" has no "answer:" -> invalid (penalty 0.25), yet it contains the answer and is approved -> won, R = 1.
-    assert (rows["solver"][0]["reward"], rows["solver"][0]["is_action_valid"], rows["solver"][0]["label"]) == (
+    assert (
+        rows["solver"][0]["reward"],
+        rows["solver"][0]["is_action_valid"],
+        rows["solver"][0]["label"],
+    ) == (
         0.75,
         False,
         False,
@@ -101,19 +110,39 @@ def test_jsonl_round_trip(episode, tmp_path):
 def test_samples_to_rows_reads_drmas_train_samples():
     samples_mod = pytest.importorskip("drmas_train.samples")
     sample = samples_mod.Sample(
-        uid="u", traj_uid="t", agent_id="verifier", model_id="m", turn=3, agent_turn=1, prompt_ids=[1],
-        response_ids=[2], old_logprobs=[-0.5], response_mask=[1], prompt_text="<|im_start|>user\nq",
-        response_text="<verify>approve</verify>", is_action_valid=True, reward=0.9, won=True, score=1.0,
-        data_source="gsm8k", task_id="gsm8k-test-1",
+        uid="u",
+        traj_uid="t",
+        agent_id="verifier",
+        model_id="m",
+        turn=3,
+        agent_turn=1,
+        prompt_ids=[1],
+        response_ids=[2],
+        old_logprobs=[-0.5],
+        response_mask=[1],
+        prompt_text="<|im_start|>user\nq",
+        response_text="<verify>approve</verify>",
+        is_action_valid=True,
+        reward=0.9,
+        won=True,
+        score=1.0,
+        data_source="gsm8k",
+        task_id="gsm8k-test-1",
     )
     rows = samples_to_rows([sample])
     assert list(rows) == ["verifier"]
     assert rows["verifier"][0]["prompt"] == "<|im_start|>user\nq"
-    assert (rows["verifier"][0]["reward"], rows["verifier"][0]["turn"], rows["verifier"][0]["label"]) == (0.9, 3, True)
+    assert (rows["verifier"][0]["reward"], rows["verifier"][0]["turn"], rows["verifier"][0]["label"]) == (
+        0.9,
+        3,
+        True,
+    )
 
 
 def test_record_episode_errors():
-    with pytest.raises(KeyError, match=r"no policy for agent 'verifier', whose turn it is; policies cover \['solver'\]"):
+    with pytest.raises(
+        KeyError, match=r"no policy for agent 'verifier', whose turn it is; policies cover \['solver'\]"
+    ):
         record_episode(VerifyLoopEnv(), {"solver": lambda o: "answer: 1"}, seed=0)
     with pytest.raises(RuntimeError, match=r"episode did not end within max_calls=3 calls"):
         record_episode(
@@ -145,12 +174,18 @@ def test_export_from_the_real_math_solver_verifier():
     def verifier(obs):
         return "<verify>reject</verify>"
 
-    episodes = [record_episode(env, {"solver": solver, "verifier": verifier}, options={"task_index": 3}, traj_uid="m")]
+    episodes = [
+        record_episode(env, {"solver": solver, "verifier": verifier}, options={"task_index": 3}, traj_uid="m")
+    ]
     rows = episodes_to_rows(episodes, conversational=True)
     assert [r["turn"] for r in rows["solver"]] == [0, 2] and [r["turn"] for r in rows["verifier"]] == [1]
-    assert all(r["reward"] == 1.0 and r["won"] for rows_ in rows.values() for r in rows_)  # last answer graded
+    # Only the last solver answer is graded: every call of the episode gets R = 1.
+    assert all(r["reward"] == 1.0 and r["won"] for rows_ in rows.values() for r in rows_)
     assert rows["solver"][1]["completion"][0]["content"].startswith("\\boxed{")
-    assert rows["verifier"][0]["prompt"][-1]["role"] == "user" and "\\boxed{-1}" in rows["verifier"][0]["prompt"][-1]["content"]
+    assert (
+        rows["verifier"][0]["prompt"][-1]["role"] == "user"
+        and "\\boxed{-1}" in rows["verifier"][0]["prompt"][-1]["content"]
+    )
     assert rows["solver"][0]["task_id"] == env.unwrapped.tasks[3].task_id
 
 
@@ -182,5 +217,24 @@ def test_trl_reads_the_rows_as_its_dataset_formats(episode):
     assert not data_utils.is_conversational(standard[1])
     assert data_utils.maybe_apply_chat_template(standard[1], tokenizer)["completion"] == "answer: 4"
     # The reward column survives TRL's map over the dataset (it is passed to reward functions as a kwarg).
-    mapped = conversational.map(data_utils.maybe_apply_chat_template, fn_kwargs={"processing_class": tokenizer})
+    mapped = conversational.map(
+        data_utils.maybe_apply_chat_template, fn_kwargs={"processing_class": tokenizer}
+    )
     assert mapped["reward"] == [1.0, 1.0] and mapped["label"] == [True, True]
+
+
+def test_record_episode_through_wrappers_keeps_the_text(tiny_tokenizer):
+    from drmas_envs.wrappers import VERIFIER_CHOICES, DiscreteChoices, NumericInfos, TokenSpaces
+
+    env = NumericInfos(
+        TokenSpaces(
+            DiscreteChoices(VerifyLoopEnv(), {"verifier": VERIFIER_CHOICES}), tiny_tokenizer, 16, 4, pad_id=0
+        )
+    )
+    solver_ids = env.encode_action("answer: 2")  # [2, 3, 0, 0] in the tiny vocabulary
+    ep = record_episode(
+        env, {"solver": lambda o: solver_ids, "verifier": lambda o: 0}, options={"task_index": 1}
+    )
+    assert [c.completion for c in ep.calls] == ["answer: 2", "<verify>approve</verify>"]
+    assert ep.calls[0].prompt == "You solve. Reply 'answer: N'.\n\nWhat is 1 + 1?"
+    assert (ep.task_id, ep.score, ep.won) == ("v1", 1.0, True)

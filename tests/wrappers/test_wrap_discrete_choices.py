@@ -31,7 +31,10 @@ def test_choice_index_renders_the_protocol_text():
     env.step(np.int64(0))  # approve
     assert env.unwrapped.history[-1].text == "<verify>approve</verify>"
     assert env.terminations == {"solver": True, "verifier": True}
-    assert env.infos["verifier"]["won"] is True and env.unwrapped.episode_returns == {"solver": 1.0, "verifier": 1.0}
+    assert env.infos["verifier"]["won"] is True and env.unwrapped.episode_returns == {
+        "solver": 1.0,
+        "verifier": 1.0,
+    }
 
 
 def test_reject_loops_back_to_the_solver():
@@ -59,14 +62,22 @@ def test_pettingzoo_checkers_pass(qwen_tokenizer):
         warnings.simplefilter("ignore")
         api_test(DiscreteChoices(VerifyLoopEnv(), {"verifier": VERIFIER_CHOICES}), num_cycles=200)
         stacked = NumericInfos(
-            TokenSpaces(DiscreteChoices(VerifyLoopEnv(), {"verifier": VERIFIER_CHOICES}), qwen_tokenizer, 48, 6, pad_id=0)
+            TokenSpaces(
+                DiscreteChoices(VerifyLoopEnv(), {"verifier": VERIFIER_CHOICES}),
+                qwen_tokenizer,
+                48,
+                6,
+                pad_id=0,
+            )
         )
         api_test(stacked, num_cycles=200)
         parallel_api_test(to_parallel(stacked), num_cycles=200)
 
 
 def test_token_spaces_keep_the_choice_and_pass_the_mask_through(qwen_tokenizer):
-    env = TokenSpaces(DiscreteChoices(VerifyLoopEnv(), {"verifier": VERIFIER_CHOICES}), qwen_tokenizer, 32, 4, pad_id=0)
+    env = TokenSpaces(
+        DiscreteChoices(VerifyLoopEnv(), {"verifier": VERIFIER_CHOICES}), qwen_tokenizer, 32, 4, pad_id=0
+    )
     assert env.action_space("verifier") == spaces.Discrete(2)
     assert set(env.observation_space("verifier").spaces) == {"input_ids", "attention_mask", "action_mask"}
     assert set(env.observation_space("solver").spaces) == {"input_ids", "attention_mask"}
@@ -79,14 +90,20 @@ def test_token_spaces_keep_the_choice_and_pass_the_mask_through(qwen_tokenizer):
 
 
 def test_errors_name_the_problem(qwen_tokenizer):
-    with pytest.raises(ValueError, match=r"unknown agent 'judge' in choices; the env's agents are \['solver', 'verifier'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown agent 'judge' in choices; the env's agents are \['solver', 'verifier'\]"
+    ):
         DiscreteChoices(VerifyLoopEnv(), {"judge": VERIFIER_CHOICES})
     with pytest.raises(ValueError, match=r"choices\['verifier'\] must be a non-empty list of str, got 'yes'"):
         DiscreteChoices(VerifyLoopEnv(), {"verifier": "yes"})
     with pytest.raises(ValueError, match=r"choices\['verifier'\] has duplicates: \['a', 'a'\]"):
         DiscreteChoices(VerifyLoopEnv(), {"verifier": ["a", "a"]})
-    with pytest.raises(TypeError, match=r"agent 'verifier' does not take text actions here .* TokenSpaces\(DiscreteChoices"):
-        DiscreteChoices(TokenSpaces(VerifyLoopEnv(), qwen_tokenizer, 8, 2, pad_id=0), {"verifier": VERIFIER_CHOICES})
+    with pytest.raises(
+        TypeError, match=r"agent 'verifier' does not take text actions here .* TokenSpaces\(DiscreteChoices"
+    ):
+        DiscreteChoices(
+            TokenSpaces(VerifyLoopEnv(), qwen_tokenizer, 8, 2, pad_id=0), {"verifier": VERIFIER_CHOICES}
+        )
     env = DiscreteChoices(VerifyLoopEnv(), {"verifier": VERIFIER_CHOICES})
     env.reset(seed=0)
     env.step("answer: 1")
@@ -99,11 +116,29 @@ def test_errors_name_the_problem(qwen_tokenizer):
 def test_numeric_infos_have_fixed_numeric_fields():
     env = NumericInfos(VerifyLoopEnv(format_penalty=0.5))
     env.reset(seed=0, options={"task_index": 1})
-    assert env.infos["solver"] == {"is_action_valid": True, "penalty": 0.0, "turn": 0, "won": False, "score": 0.0}
+    assert env.infos["solver"] == {
+        "is_action_valid": True,
+        "penalty": 0.0,
+        "turn": 0,
+        "won": False,
+        "score": 0.0,
+    }
     env.step("no answer")
-    assert env.infos["solver"] == {"is_action_valid": False, "penalty": 0.5, "turn": 0, "won": False, "score": 0.0}
+    assert env.infos["solver"] == {
+        "is_action_valid": False,
+        "penalty": 0.5,
+        "turn": 0,
+        "won": False,
+        "score": 0.0,
+    }
     env.step("<verify>approve</verify>")
-    assert env.infos["verifier"] == {"is_action_valid": True, "penalty": 0.0, "turn": 1, "won": False, "score": 0.0}
+    assert env.infos["verifier"] == {
+        "is_action_valid": True,
+        "penalty": 0.0,
+        "turn": 1,
+        "won": False,
+        "score": 0.0,
+    }
     for info in env.infos.values():
         assert set(info) == set(DEFAULT_NUMERIC_INFO_FIELDS)
         assert all(isinstance(v, (bool, int, float)) for v in info.values())
@@ -113,9 +148,13 @@ def test_numeric_infos_have_fixed_numeric_fields():
 def test_numeric_infos_errors():
     with pytest.raises(ValueError, match=r"fields is empty"):
         NumericInfos(EchoEnv(), {})
-    with pytest.raises(TypeError, match=r"default of info field 'role' must be a bool, int or float, got str"):
+    with pytest.raises(
+        TypeError, match=r"default of info field 'role' must be a bool, int or float, got str"
+    ):
         NumericInfos(EchoEnv(), {"role": "a"})
     env = NumericInfos(EchoEnv(), {"data_source": 0.0})
     env.reset(seed=0)
-    with pytest.raises(TypeError, match=r"info field 'data_source' of agent 'a' is 'echo', which cannot be cast to float"):
+    with pytest.raises(
+        TypeError, match=r"info field 'data_source' of agent 'a' is 'echo', which cannot be cast to float"
+    ):
         _ = env.infos

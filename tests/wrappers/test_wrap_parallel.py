@@ -67,11 +67,15 @@ def test_infos_are_copies_of_the_aec_infos():
 
 
 def test_errors_name_the_problem():
-    with pytest.raises(TypeError, match=r"to_parallel expects a PettingZoo AECEnv \(e.g. a drmas env\), got str"):
+    with pytest.raises(
+        TypeError, match=r"to_parallel expects a PettingZoo AECEnv \(e.g. a drmas env\), got str"
+    ):
         to_parallel("echo")
     par = to_parallel(EchoEnv())
     par.reset(seed=0)
-    with pytest.raises(KeyError, match=r"no action for agent 'a', whose turn it is .* got actions for \['b'\]"):
+    with pytest.raises(
+        KeyError, match=r"no action for agent 'a', whose turn it is .* got actions for \['b'\]"
+    ):
         par.step({"b": "ok"})
     with pytest.raises(TypeError, match=r"actions must be a dict \{agent: action\}, got list"):
         par.step(["ok"])

@@ -73,7 +73,9 @@ def test_verifier_view_returns_the_episode_reward():
 
 
 def test_solver_view_sums_penalty_and_episode_reward():
-    env = SingleAgentEnv(VerifyLoopEnv(format_penalty=0.25), "solver", {"verifier": lambda obs: "<verify>approve</verify>"})
+    env = SingleAgentEnv(
+        VerifyLoopEnv(format_penalty=0.25), "solver", {"verifier": lambda obs: "<verify>approve</verify>"}
+    )
     env.reset(seed=0, options={"task_index": 0})
     _, reward, terminated, _, _ = env.step("zero")  # invalid (-0.25), approved, wrong answer (R = 0)
     assert (reward, terminated) == (-0.25, True)
@@ -101,7 +103,9 @@ def test_errors_name_the_problem():
         SingleAgentEnv(EchoEnv(), "a", {})
     with pytest.raises(ValueError, match=r"others has policies for \['z'\], which are not other agents"):
         SingleAgentEnv(EchoEnv(), "a", {"b": "random", "z": print})
-    with pytest.raises(TypeError, match=r"policy for agent 'b' must be callable\(observation\) -> action, got 3"):
+    with pytest.raises(
+        TypeError, match=r"policy for agent 'b' must be callable\(observation\) -> action, got 3"
+    ):
         SingleAgentEnv(EchoEnv(), "a", {"b": 3})
     with pytest.raises(ValueError, match=r"others must be 'random' or a dict"):
         SingleAgentEnv(EchoEnv(), "a", "greedy")
@@ -117,7 +121,9 @@ def test_sync_vector_env_random_rollout_over_token_spaces(toy_ids, qwen_tokenize
     ]
     envs = gymnasium.vector.SyncVectorEnv(
         [
-            lambda: gymnasium.make("drmas/toy-verify-loop-v0", agent_id="solver", aec_wrappers=wrap, format_penalty=0.1)
+            lambda: gymnasium.make(
+                "drmas/toy-verify-loop-v0", agent_id="solver", aec_wrappers=wrap, format_penalty=0.1
+            )
             for _ in range(2)
         ],
         autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
@@ -165,13 +171,30 @@ def test_math_verifier_as_a_discrete_gymnasium_env():
     def solver(obs):  # a perfect solver: box the ground truth
         return f"The answer is \\boxed{{{text_env.unwrapped.task.answers[0]}}}."
 
-    env = SingleAgentEnv(DiscreteChoices(text_env, {"verifier": VERIFIER_CHOICES}), "verifier", {"solver": solver})
+    env = SingleAgentEnv(
+        DiscreteChoices(text_env, {"verifier": VERIFIER_CHOICES}), "verifier", {"solver": solver}
+    )
     assert env.action_space == gymnasium.spaces.Discrete(2)
     obs, _ = env.reset(seed=0, options={"task_index": 0})
     assert obs["action_mask"].tolist() == [1, 1]
     _, reward, terminated, _, info = env.step(0)  # approve the correct answer
     assert (reward, terminated, info["won"]) == (1.0, True, True)
     env.reset(seed=0, options={"task_index": 0})
-    _, reward, terminated, _, info = env.step(1)  # reject: the solver answers again in the last loop, still right
+    # reject: the solver answers again in the last loop, still right
+    _, reward, terminated, _, info = env.step(1)
     assert (reward, terminated, info["won"]) == (1.0, True, True)
     assert [r.agent for r in text_env.unwrapped.history] == ["solver", "verifier", "solver"]
+
+
+def test_importing_the_wrappers_registers_gymnasium_ids_without_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gymnasium, drmas_envs.wrappers; "
+        "ids = sorted(i for i in gymnasium.registry if i.startswith('drmas/')); "
+        "assert ids == sorted('drmas/' + i for i in drmas_envs.registry), ids; "
+        "assert 'torch' not in sys.modules, 'drmas_envs.wrappers imported torch'"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -69,7 +69,9 @@ def test_pettingzoo_checkers_pass(qwen_tokenizer):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         api_test(TokenSpaces(VerifyLoopEnv(), qwen_tokenizer, 48, 6, pad_id=0), num_cycles=200)
-        parallel_api_test(to_parallel(TokenSpaces(EchoEnv(), qwen_tokenizer, 48, 6, pad_id=0)), num_cycles=200)
+        parallel_api_test(
+            to_parallel(TokenSpaces(EchoEnv(), qwen_tokenizer, 48, 6, pad_id=0)), num_cycles=200
+        )
 
 
 class _HFStyleTokenizer:
@@ -112,7 +114,9 @@ def test_errors_name_the_problem(tiny_tokenizer):
     env.reset(seed=0)
     with pytest.raises(ValueError, match=r"1-D integer array of length 1\.\.4, got shape \(5,\) dtype int64"):
         env.step(np.arange(5))
-    with pytest.raises(ValueError, match=r"1-D integer array of length 1\.\.4, got shape \(2,\) dtype float64"):
+    with pytest.raises(
+        ValueError, match=r"1-D integer array of length 1\.\.4, got shape \(2,\) dtype float64"
+    ):
         env.step(np.array([1.0, 2.0]))
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 14\), got min 2 max 99"):
         env.step([2, 99])

@@ -53,7 +53,11 @@ def _aec_rollout(text_env, choices, tokenizer, steps=100):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TorchRL warns that it is tested with pettingzoo 1.24.3
         env = PettingZooWrapper(
-            aec, use_mask=True, group_map=MarlGroupMapType.ONE_GROUP_PER_AGENT, categorical_actions=True, seed=0
+            aec,
+            use_mask=True,
+            group_map=MarlGroupMapType.ONE_GROUP_PER_AGENT,
+            categorical_actions=True,
+            seed=0,
         )
     torch.manual_seed(0)
     td = env.rollout(steps, break_when_any_done=False)  # random policy: env.rand_action, auto-reset
@@ -85,14 +89,20 @@ def _check_turns_and_actions(td, recorder, agents, choice_agent, choices, tokeni
 
 def test_torchrl_collects_100_steps_on_toy_verify_loop(qwen_tokenizer):
     agents = ["solver", "verifier"]
-    td, recorder = _aec_rollout(VerifyLoopEnv(format_penalty=0.1), {"verifier": VERIFIER_CHOICES}, qwen_tokenizer)
+    td, recorder = _aec_rollout(
+        VerifyLoopEnv(format_penalty=0.1), {"verifier": VERIFIER_CHOICES}, qwen_tokenizer
+    )
     acting = _check_turns_and_actions(td, recorder, agents, "verifier", VERIFIER_CHOICES, qwen_tokenizer)
     # Random tokens never contain "answer:": each solver call costs 0.1, nobody wins, verifier choices are valid.
     solver_reward = td["next", "solver", "reward"].sum().item()
     assert solver_reward == pytest.approx(-0.1 * acting.count("solver"))
     assert td["next", "verifier", "reward"].abs().sum().item() == 0.0
     assert td["next", "verifier", "info", "is_action_valid"].all()
-    assert td["verifier", "action_mask"].all() and td["verifier", "observation", "input_ids"].shape == (100, 1, 96)
+    assert td["verifier", "action_mask"].all() and td["verifier", "observation", "input_ids"].shape == (
+        100,
+        1,
+        96,
+    )
 
 
 @pytest.mark.parametrize(
@@ -103,7 +113,9 @@ def test_torchrl_collects_100_steps_on_toy_verify_loop(qwen_tokenizer):
     ],
     ids=["math-solver-verifier", "search-orchestrator"],
 )
-def test_torchrl_collects_100_steps_on_real_envs(qwen_tokenizer, env_id, kwargs, choice_agent, choices, penalty):
+def test_torchrl_collects_100_steps_on_real_envs(
+    qwen_tokenizer, env_id, kwargs, choice_agent, choices, penalty
+):
     if env_id not in drmas_envs.registry:
         pytest.skip(f"{env_id} is not registered in this checkout")
     text_env = drmas_envs.make(env_id, **kwargs)
@@ -132,10 +144,11 @@ def test_torchrl_parallel_view_with_identical_spaces_in_one_group(qwen_tokenizer
     is_acting = td["agents", "info", "is_acting"].reshape(100, 2).bool()
     assert is_acting.sum(dim=1).eq(1).all()
     acting = ["ab"[int(i)] for i in is_acting.int().argmax(dim=1)]
-    assert acting == ["a", "b"] * 50 and [a for a, _ in recorder.actions] == acting  # echo: a then b, 50 episodes
+    # echo: a then b, so 100 steps are 50 episodes
+    assert acting == ["a", "b"] * 50 and [a for a, _ in recorder.actions] == acting
     assert td["next", "done"].reshape(100).tolist() == [False, True] * 50
     # Step rewards are the env's: the acting agent's penalty (-0.5 unless its text has "ok"), plus R at the end.
     expected = torch.tensor([[r["a"], r["b"]] for r in recorder.step_rewards], dtype=torch.float32)
     assert torch.equal(td["next", "agents", "reward"].reshape(100, 2), expected)
-    for (agent, text), r in zip(recorder.actions[::2], recorder.step_rewards[::2]):
+    for (_, text), r in zip(recorder.actions[::2], recorder.step_rewards[::2], strict=True):
         assert r == {"a": 0.0 if "ok" in text else -0.5, "b": 0.0}

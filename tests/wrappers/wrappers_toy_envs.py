@@ -29,7 +29,9 @@ class VerifyLoopEnv(TextAECEnv):
     metadata = {**TextAECEnv.metadata, "name": "verify_loop"}
 
     def __init__(self, render_mode=None, format_penalty=0.1, max_loops=2, num_tasks=4):
-        tasks = ListTaskSource([Task(f"v{i}", "toy", f"What is {i} + {i}?", str(2 * i)) for i in range(num_tasks)])
+        tasks = ListTaskSource(
+            [Task(f"v{i}", "toy", f"What is {i} + {i}?", str(2 * i)) for i in range(num_tasks)]
+        )
         self.max_loops = max_loops
         super().__init__(tasks, format_penalty=format_penalty, render_mode=render_mode)
 
@@ -54,7 +56,9 @@ class VerifyLoopEnv(TextAECEnv):
             return Turn(valid=True, next_agent=None, info={"verdict": "approve"})
         self._loops += 1
         done = self._loops >= self.max_loops
-        return Turn(valid=match is not None, next_agent=None if done else "solver", info={"verdict": "reject"})
+        return Turn(
+            valid=match is not None, next_agent=None if done else "solver", info={"verdict": "reject"}
+        )
 
     def _episode_outcome(self):
         won = self._approved and self.task.answer in self._answer

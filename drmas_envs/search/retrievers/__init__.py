@@ -42,6 +42,19 @@ RETRIEVERS: dict[str, str] = {
 
 _SHARED: dict[tuple, Any] = {}
 _SHARED_LOCK = threading.Lock()
+# id(tuple corpus) -> (the tuple, its hash): immutable corpora are hashed once, not once per env instance
+_TUPLE_HASHES: dict[int, tuple[tuple, str]] = {}
+
+
+def _hash_of(passages: Sequence[Passage]) -> str:
+    if isinstance(passages, tuple):
+        hit = _TUPLE_HASHES.get(id(passages))
+        if hit is not None and hit[0] is passages:
+            return hit[1]
+        digest = corpus_hash(passages)
+        _TUPLE_HASHES[id(passages)] = (passages, digest)
+        return digest
+    return corpus_hash(passages)
 
 
 def _load_class(name: str) -> type:
@@ -76,8 +89,8 @@ def make_retriever(name: str, corpus: Sequence[Passage] | str | Path | None = No
     else:
         if corpus is None:
             raise ValueError(f"the {name} retriever needs a corpus: a list of Passage or a wiki-18 JSONL path")
-        passages = load_corpus_jsonl(corpus) if isinstance(corpus, (str, Path)) else list(corpus)
-        key = (name, corpus_hash(passages), _freeze(kwargs))
+        passages = load_corpus_jsonl(corpus) if isinstance(corpus, (str, Path)) else corpus
+        key = (name, _hash_of(passages), _freeze(kwargs))
         build = lambda: cls(passages, **kwargs)  # noqa: E731
     if not shared:
         return build()
@@ -91,6 +104,7 @@ def clear_retriever_cache() -> None:
     """Forget the shared in-process retrievers (indexes on disk stay)."""
     with _SHARED_LOCK:
         _SHARED.clear()
+        _TUPLE_HASHES.clear()
 
 
 def _freeze(kwargs: dict[str, Any]) -> tuple:

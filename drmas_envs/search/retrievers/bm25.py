@@ -110,17 +110,46 @@ class BM25Retriever:
     def search(self, queries: Sequence[str], topk: int) -> list[list[Passage]]:
         """Per query, up to ``topk`` passages with BM25 score > 0, best first (ties by corpus order).
 
+        Scores are bm25s' precomputed per-(token, doc) BM25 terms summed over the query tokens (repeated query
+        tokens count again, as in bm25s); top-k selection is done here over the matching documents only.
+
         Raises:
             TypeError / ValueError: see :func:`~drmas_envs.search.retrievers.base.check_search_args`.
         """
         queries = check_search_args(queries, topk)
         if not queries:
             return []
-        k = min(topk, len(self.passages))
-        tokens = self._tokenize(queries)
-        docs, scores = self._bm25.retrieve(tokens, k=k, show_progress=False, n_threads=0)
-        docs, scores = np.asarray(docs), np.asarray(scores)
-        return [
-            [self.passages[int(d)].with_score(float(s)) for d, s in zip(docs[i], scores[i], strict=True) if s > 0]
-            for i in range(len(queries))
-        ]
+        out = []
+        for tokens in self._tokenize(queries):
+            scores = self._scores(np.asarray(self._bm25.get_tokens_ids(tokens), dtype=np.int64))
+            out.append([self.passages[int(d)].with_score(float(scores[d])) for d in _top_k(scores, topk)])
+        return out
+
+    def _scores(self, token_ids: np.ndarray) -> np.ndarray:
+        """(num_passages,) float32 BM25 scores of one query (same sums as bm25s ``get_scores``)."""
+        index = self._bm25.scores
+        data, indices, indptr = index["data"], index["indices"], index["indptr"]
+        scores = np.zeros(len(self.passages), dtype=np.float32)
+        for t in token_ids:
+            start, end = indptr[t], indptr[t + 1]
+            # doc ids are unique within one token's posting list, so a fancy-index add is exact (and much faster
+            # than bm25s' np.add.at)
+            scores[indices[start:end]] += data[start:end]
+        if self._bm25.nonoccurrence_array is not None and len(token_ids):  # BM25L / BM25+ variants only
+            scores += self._bm25.nonoccurrence_array[token_ids].sum()
+        return scores
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` highest positive scores, by decreasing score then increasing index (deterministic).
+
+    One ``np.argpartition`` of the negated scores (partitioning for the top end of an array with many tied
+    zeros is pathologically slow in NumPy); documents tied with the k-th score are all gathered so that ties
+    break by corpus order rather than by partition order.
+    """
+    idx = np.argpartition(-scores, k - 1)[:k] if scores.size > k else np.arange(scores.size)
+    kth = scores[idx].min() if idx.size else 0.0
+    if kth > 0 and np.count_nonzero(scores >= kth) > k:
+        idx = np.flatnonzero(scores >= kth)
+    idx = idx[scores[idx] > 0]
+    return idx[np.lexsort((idx, -scores[idx]))[:k]]

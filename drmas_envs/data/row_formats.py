@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,8 +38,9 @@ __all__ = [
     "infer_format",
 ]
 
-#: Modules that register formats when imported; imported on the first lookup. Add yours with one line.
-FORMAT_MODULES: list[str] = []
+#: Modules that register formats when imported; imported on the first lookup (an ImportError becomes a
+#: RuntimeWarning). Add yours with one line.
+FORMAT_MODULES: list[str] = ["drmas_envs.search.formats"]
 
 
 class DataFormatError(ValueError):
@@ -89,8 +91,13 @@ def register_format(fmt: RowFormat, *, aliases: tuple[str, ...] = ()) -> RowForm
 def _load_plugins() -> None:
     for module in FORMAT_MODULES:
         if module not in _loaded_modules:
-            importlib.import_module(module)
             _loaded_modules.add(module)
+            try:
+                importlib.import_module(module)
+            except ImportError as err:  # a broken plug-in must not take the math formats down with it
+                warnings.warn(
+                    f"data formats of {module!r} are unavailable: {err}", RuntimeWarning, stacklevel=3
+                )
 
 
 def formats() -> dict[str, RowFormat]:

@@ -1,0 +1,144 @@
+"""Checkpoints: atomic writes, pruning, RNG round trip, and SIGKILL + --resume reproducing an uninterrupted run."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from tiny_rl import tiny_config, tiny_loader
+
+from drmas_train.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from drmas_train.metrics_log import read_metrics
+from drmas_train.models import ModelSpec
+from drmas_train.optim import build_optimizer
+from drmas_train.trainer import train
+
+HERE = Path(__file__).resolve().parent
+
+
+def _weights(run_dir: Path, iteration: int) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "checkpoints" / f"iter_{iteration:06d}" / "models" / "m" / "model.safetensors")
+
+
+def test_save_load_round_trip_prune_and_rng(tmp_path):
+    loaded = tiny_loader(ModelSpec("tiny"), "m")
+    opt = build_optimizer("m", loaded.model, lr=1e-2)
+    for p in loaded.model.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    state = rng_state()
+    for it in (1, 2, 3):
+        save_checkpoint(tmp_path, it, models={"m": (loaded.model, loaded.tokenizer)}, optimizers={"m": opt},
+                        sampler_state={"epoch": 0, "cursor": it}, config_yaml="seed: 0\n", keep=2)  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_000002", "iter_000003"]
+    assert latest_checkpoint(tmp_path).name == "iter_000003"
+    draws = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    fresh = tiny_loader(ModelSpec("tiny", seed=5), "m")
+    fresh_opt = build_optimizer("m", fresh.model, lr=1e-2)
+    restored = load_checkpoint(latest_checkpoint(tmp_path), models={"m": fresh.model}, optimizers={"m": fresh_opt})
+    assert restored["iteration"] == 3 and restored["sampler"]["cursor"] == 3
+    for a, b in zip(loaded.model.state_dict().values(), fresh.model.state_dict().values(), strict=False):
+        assert torch.equal(a, b)
+    assert fresh_opt.optimizer.state_dict()["state"][0]["step"] == 1
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == draws  # RNG restored to `state`
+    set_rng_state(state)
+
+
+def test_failed_save_leaves_no_partial_checkpoint(tmp_path):
+    loaded = tiny_loader(ModelSpec("tiny"), "m")
+
+    class Boom:
+        def save_pretrained(self, path):
+            Path(path).mkdir(parents=True)
+            (Path(path) / "half.bin").write_bytes(b"x")
+            raise OSError("disk full")
+
+    save_checkpoint(tmp_path, 1, models={"m": (loaded.model, None)}, optimizers={}, sampler_state={}, config_yaml="")
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path, 2, models={"m": (Boom(), None)}, optimizers={}, sampler_state={}, config_yaml="")
+    assert [p.name for p in tmp_path.iterdir()] == ["iter_000001"]
+    assert latest_checkpoint(tmp_path).name == "iter_000001"
+    assert latest_checkpoint(tmp_path / "nothing") is None
+
+
+_KILLED_RUN = """
+import sys, time
+sys.path.insert(0, {here!r})
+from tiny_rl import tiny_config, tiny_loader
+import drmas_train.trainer as T
+orig = T._save
+def slow_save(run, it):
+    path = orig(run, it)
+    if it == 2:
+        time.sleep(300)  # the parent SIGKILLs us here, at the start of iteration 3
+    return path
+T._save = slow_save
+T.train(tiny_config({run_dir!r}, *{overrides!r}), loader=tiny_loader)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
+    overrides = ["run.iterations=4", "run.save_every=1", "run.keep_checkpoints=5", "rollout.group_size=4"]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN.format(here=str(HERE), run_dir=str(killed), overrides=overrides)])
+    try:
+        deadline = time.time() + 240
+        while not (killed / "checkpoints" / "iter_000002").is_dir():
+            assert proc.poll() is None, "training subprocess died before its 2nd checkpoint"
+            assert time.time() < deadline, "no 2nd checkpoint within 240 s"
+            time.sleep(0.2)
+        time.sleep(0.5)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert latest_checkpoint(killed / "checkpoints").name == "iter_000002"
+    train(tiny_config(killed, *overrides), resume=True, loader=tiny_loader)
+
+    straight = tmp_path / "straight"
+    train(tiny_config(straight, *overrides), loader=tiny_loader)
+    w_resumed, w_straight = _weights(killed, 4), _weights(straight, 4)
+    assert w_resumed.keys() == w_straight.keys()
+    for k in w_straight:
+        assert torch.equal(w_resumed[k], w_straight[k]), k
+    assert not all(torch.equal(_weights(straight, 1)[k], w_straight[k]) for k in w_straight)  # it did train
+    assert [r["iteration"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2, 3, 4]
+    a, b = read_metrics(killed / "metrics.jsonl"), read_metrics(straight / "metrics.jsonl")
+    assert [r["loss/m/grad_norm"] for r in a] == pytest.approx([r["loss/m/grad_norm"] for r in b], rel=1e-6)
+
+
+def test_lora_adapter_checkpoint_round_trip(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    def lora_model(seed):
+        base = tiny_loader(ModelSpec("tiny"), "m").model
+        torch.manual_seed(seed)
+        return get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+
+    model = lora_model(0)
+    opt = build_optimizer("m", model, lr=1e-2)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)  # only adapters are optimised
+    save_checkpoint(tmp_path, 1, models={"m": (model, None)}, optimizers={"m": opt}, sampler_state={}, config_yaml="")
+    assert (tmp_path / "iter_000001" / "models" / "m" / "adapter_model.safetensors").is_file()
+    other = lora_model(1)
+    load_checkpoint(tmp_path / "iter_000001", models={"m": other}, optimizers={"m": build_optimizer("m", other, lr=1e-2)})
+    for (n, a), (_, b) in zip(model.named_parameters(), other.named_parameters(), strict=True):
+        assert torch.equal(a, b), n

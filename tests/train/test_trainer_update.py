@@ -1,0 +1,86 @@
+"""PPO update per model: micro-batching is exact, pre-clip norms, non-finite norms skip the step."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from tiny_rl import tiny_loader
+
+from drmas_train.losses import PolicyLossConfig
+from drmas_train.models import ModelSpec
+from drmas_train.optim import build_optimizer, micro_batches
+from drmas_train.samples import Sample
+from drmas_train.update import ppo_update
+
+
+def _samples(model, n=6, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        p = rng.integers(4, 20, int(rng.integers(2, 6))).tolist()
+        r = rng.integers(4, 20, int(rng.integers(1, 5))).tolist()
+        out.append(Sample(f"u{i % 2}", f"t{i}", "a", "m", 0, 0, p, r, [0.0] * len(r), [1] * len(r)))
+    from drmas_train.logprobs import forward_logprobs
+
+    with torch.no_grad():  # on-policy: old log-probs from the same weights (ratio 1)
+        lp, mask, _ = forward_logprobs(model, [s.prompt_ids for s in out], [s.response_ids for s in out], pad_token_id=0)
+    for b, s in enumerate(out):
+        s.old_logprobs = lp[b, : len(s.response_ids)].tolist()
+    return out
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batching_equals_full_batch(agg):
+    base = tiny_loader(ModelSpec("tiny"), "m").model
+    samples = _samples(base)
+    adv = np.array([1.0, -0.5, 0.3, -1.2, 0.8, 0.0])
+    results = []
+    for budget in (10_000, 9):  # one micro-batch vs several
+        model = copy.deepcopy(base)
+        opt = build_optimizer("m", model, lr=1e-2, weight_decay=0.0)
+        m = ppo_update(model, opt, samples, adv, loss_cfg=PolicyLossConfig(agg=agg), pad_token_id=0, temperature=1.0,
+                       micro_batch_tokens=budget)  # fmt: skip
+        results.append((m, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    (m1, w1), (m2, w2) = results
+    assert m1["grad_norm"] == pytest.approx(m2["grad_norm"], rel=1e-4)
+    assert m1["pg_loss"] == pytest.approx(m2["pg_loss"], abs=1e-6)
+    torch.testing.assert_close(w1, w2, atol=1e-6, rtol=1e-5)
+    assert m1["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and m1["clipfrac_upper"] == 0.0
+
+
+def test_grad_norm_is_pre_clip_and_nonfinite_skips():
+    model = tiny_loader(ModelSpec("tiny"), "m").model
+    opt = build_optimizer("m", model, lr=1e-2, grad_clip=1e-3)
+    before = [p.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 1.0)
+    expected = float(np.sqrt(sum(p.numel() for p in model.parameters())))
+    norm, stepped = opt.step()
+    assert stepped and norm == pytest.approx(expected, rel=1e-5)  # reported before clipping to 1e-3
+    for p in model.parameters():
+        p.grad = torch.full_like(p, float("nan"))
+    after_first = [p.detach().clone() for p in model.parameters()]
+    norm, stepped = opt.step()
+    assert not stepped and np.isnan(norm) and opt.skipped_steps == 1
+    assert all(torch.equal(a, p) for a, p in zip(after_first, model.parameters(), strict=False))
+    assert not all(torch.equal(a, b) for a, b in zip(before, after_first, strict=False))
+
+
+def test_micro_batches_fit_budget_and_cover_all():
+    lengths = [5, 30, 7, 12, 12, 3, 40]
+    mbs = micro_batches(lengths, 36)
+    assert sorted(i for mb in mbs for i in mb) == list(range(7))
+    for mb in mbs:
+        assert len(mb) == 1 or max(lengths[i] for i in mb) * len(mb) <= 36
+    assert [6] in mbs  # longer than the budget: alone
+    with pytest.raises(ValueError, match="token_budget must be >= 1"):
+        micro_batches(lengths, 0)
+
+
+def test_optimizer_errors():
+    model = tiny_loader(ModelSpec("tiny"), "m").model.requires_grad_(False)
+    with pytest.raises(ValueError, match="model 'm' has no trainable parameters"):
+        build_optimizer("m", model)
