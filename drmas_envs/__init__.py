@@ -36,3 +36,4 @@ __all__ = [
 ]
 
 from drmas_envs import _builtin  # noqa: E402,F401  (registers the built-in envs)
+from drmas_envs import wrappers  # noqa: E402,F401  (mirrors every id into Gymnasium as "drmas/<id>")
