@@ -6,7 +6,7 @@ for math, the synthetic encyclopedia for search. ``--limit`` tasks x ``--k`` sam
 
     python benchmarks/make_example_leaderboard.py            # rewrites benchmarks/leaderboard_example/
 
-Layout: ``runs/<policy>/`` (``summary.json`` + ``episodes.jsonl``, docs/results-schema.md) and
+Layout: ``results/<policy>/`` (``summary.json`` + ``episodes.jsonl``, docs/results-schema.md) and
 ``leaderboard.{md,html,json}`` + ``leaderboard_<suite>.png``. Prints the written paths as JSON.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(HERE / "leaderboard_example"))
-    p.add_argument("--limit", type=int, default=8, help="tasks per env")
+    p.add_argument("--limit", type=int, default=5, help="tasks per env")
     p.add_argument("--k", type=int, default=4, help="samples per task")
     args = p.parse_args()
 
@@ -41,13 +42,13 @@ def main() -> None:
         "random": MATH_ENVS + SEARCH_ENVS,
         "no-search": SEARCH_ENVS,
     }
-    runs = []
     for policy, envs in plans.items():
         cfg = EvalConfig(envs=envs, limit=args.limit, k=args.k, policy=policy, seed=0)
-        run = evaluate(cfg, out / "runs" / policy, progress=False)
-        runs.append(load_run(run.path, episodes=False))
-    written = write_leaderboard(runs, out, title="drmas example leaderboard (scripted baselines, synthetic tasks)")
-    print(json.dumps({k: str(v) for k, v in written.items()}, indent=2))
+        evaluate(cfg, out / "results" / policy, progress=False)
+    os.chdir(out)  # so the pages name the run directories relative to the leaderboard, not by absolute path
+    runs = [load_run(Path("results") / policy, episodes=False) for policy in plans]
+    written = write_leaderboard(runs, ".", title="drmas example leaderboard (scripted baselines, synthetic tasks)")
+    print(json.dumps({k: str(out / v) for k, v in written.items()}, indent=2))
 
 
 if __name__ == "__main__":

@@ -34,13 +34,14 @@ def main() -> None:
     p.add_argument("--samples-out", default=None, help="optional .jsonl/.parquet path for the samples")
     args = p.parse_args()
     if not Path(args.data).is_file():
-        raise SystemExit(f"{args.data} not found: real benchmark data lives in ../shared/data (set DRMAS_SHARED_DATA)")
+        raise SystemExit(
+            f"{args.data} not found: real benchmark data lives in ../shared/data (set DRMAS_SHARED_DATA)"
+        )
 
     import torch
 
     torch.set_num_threads(args.threads)
     import drmas_envs
-
     from drmas_train.assignment import build_models
     from drmas_train.backends.base import SamplingParams
     from drmas_train.rollout import rollout, save_samples
@@ -52,8 +53,12 @@ def main() -> None:
     t0 = time.perf_counter()
     pool = build_models({"*": args.model}, env_agents=list(probe.possible_agents))
     load_s = time.perf_counter() - t0
-    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
-    result = rollout(env_fn, list(range(args.problems)), args.n, pool, sampling, seed=args.seed, progress=True)
+    sampling = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens
+    )
+    result = rollout(
+        env_fn, list(range(args.problems)), args.n, pool, sampling, seed=args.seed, progress=True
+    )
 
     calls: dict[str, int] = defaultdict(int)
     valid: dict[str, int] = defaultdict(int)
@@ -75,13 +80,19 @@ def main() -> None:
                 "data": Path(args.data).name,
                 "problems": args.problems,
                 "n": args.n,
-                "sampling": {"temperature": args.temperature, "top_p": args.top_p, "max_new_tokens": args.max_new_tokens},
+                "sampling": {
+                    "temperature": args.temperature,
+                    "top_p": args.top_p,
+                    "max_new_tokens": args.max_new_tokens,
+                },
                 "accuracy": round(sum(t.won for t in trajs) / len(trajs), 4),
                 f"pass@{args.n}": round(sum(any(v) for v in by_task.values()) / len(by_task), 4),
                 "valid_action_rate": {a: round(valid[a] / calls[a], 4) for a in sorted(calls)},
                 "calls": dict(sorted(calls.items())),
                 "mean_turns": round(sum(t.num_turns for t in trajs) / len(trajs), 3),
-                "finish_length_share": round(sum(s.finish_reason == "length" for s in result.samples) / len(result.samples), 4),
+                "finish_length_share": round(
+                    sum(s.finish_reason == "length" for s in result.samples) / len(result.samples), 4
+                ),
                 "load_s": round(load_s, 1),
                 "rollout_s": round(result.timing["total"], 1),
                 "generate_s": round(result.timing["generate"], 1),

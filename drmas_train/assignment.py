@@ -41,7 +41,9 @@ def check_agents(assigned: Iterable[str], env_agents: Sequence[str], env_name: s
         if agent != WILDCARD and agent not in env_agents:
             close = difflib.get_close_matches(agent, env_agents, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise AssignmentError(f"unknown agent {agent!r} for {env_name}: its agents are {env_agents}{hint}")
+            raise AssignmentError(
+                f"unknown agent {agent!r} for {env_name}: its agents are {env_agents}{hint}"
+            )
     if WILDCARD not in assigned:
         missing = [a for a in env_agents if a not in assigned]
         if missing:
@@ -68,16 +70,22 @@ class AgentAssignment:
     share: bool = True
 
     @classmethod
-    def from_mapping(cls, agent_models: Mapping[str, ModelSpec | str | dict[str, Any]], *, share: bool = True) -> AgentAssignment:
+    def from_mapping(
+        cls, agent_models: Mapping[str, ModelSpec | str | dict[str, Any]], *, share: bool = True
+    ) -> AgentAssignment:
         """Coerce each entry with :meth:`ModelSpec.coerce`."""
         if not isinstance(agent_models, Mapping) or not agent_models:
-            raise AssignmentError(f"agent_models must be a non-empty mapping agent_id -> model, got {agent_models!r}")
+            raise AssignmentError(
+                f"agent_models must be a non-empty mapping agent_id -> model, got {agent_models!r}"
+            )
         specs = {}
         for agent, value in agent_models.items():
             if not isinstance(agent, str) or not agent:
                 raise AssignmentError(f"agent ids must be non-empty strings, got {agent!r}")
             if value is None:
-                raise AssignmentError(f"agent {agent!r} has no model (got None); give a model name, path or ModelSpec")
+                raise AssignmentError(
+                    f"agent {agent!r} has no model (got None); give a model name, path or ModelSpec"
+                )
             specs[agent] = ModelSpec.coerce(value)
         return cls(specs, share)
 
@@ -93,7 +101,10 @@ class AgentAssignment:
     def expand(self, env_agents: Sequence[str]) -> AgentAssignment:
         """Validate, then replace ``"*"`` by one explicit entry per unlisted env agent."""
         self.validate(env_agents)
-        specs = {a: self.agent_specs[a] if a in self.agent_specs else self.agent_specs[WILDCARD] for a in env_agents}
+        specs = {
+            a: self.agent_specs[a] if a in self.agent_specs else self.agent_specs[WILDCARD]
+            for a in env_agents
+        }
         return AgentAssignment(specs, self.share)
 
     def model_ids(self) -> dict[str, str]:
@@ -104,7 +115,9 @@ class AgentAssignment:
         """
         if not self.share:
             if WILDCARD in self.agent_specs:
-                raise AssignmentError("share=False needs explicit agents: call expand(env.possible_agents) first")
+                raise AssignmentError(
+                    "share=False needs explicit agents: call expand(env.possible_agents) first"
+                )
             return {a: f"{spec.default_id()}@{a}" for a, spec in self.agent_specs.items()}
         ids_by_key: dict[tuple, str] = {}
         taken: set[str] = set()
@@ -147,7 +160,9 @@ class ModelPool:
             return self.agent_model_ids[agent_id]
         if WILDCARD in self.agent_model_ids:
             return self.agent_model_ids[WILDCARD]
-        raise AssignmentError(f"agent {agent_id!r} has no model; assigned agents: {sorted(self.agent_model_ids)}")
+        raise AssignmentError(
+            f"agent {agent_id!r} has no model; assigned agents: {sorted(self.agent_model_ids)}"
+        )
 
     def backend_of(self, agent_id: str) -> Any:
         """The backend that generates for ``agent_id``."""
@@ -176,7 +191,9 @@ def make_backend(loaded: LoadedModel, kind: str = "hf", **kwargs: Any) -> Any:
         from drmas_train.backends.vllm import VLLMBackend
 
         return VLLMBackend.from_loaded(loaded, **kwargs)
-    raise ValueError(f"unknown backend {kind!r}; accepted: 'hf', 'vllm' (or pass a callable LoadedModel -> Backend)")
+    raise ValueError(
+        f"unknown backend {kind!r}; accepted: 'hf', 'vllm' (or pass a callable LoadedModel -> Backend)"
+    )
 
 
 def build_models(
@@ -203,7 +220,9 @@ def build_models(
         AssignmentError: see :meth:`AgentAssignment.validate` and :meth:`AgentAssignment.model_ids`.
     """
     assignment = (
-        agent_models if isinstance(agent_models, AgentAssignment) else AgentAssignment.from_mapping(agent_models, share=share)
+        agent_models
+        if isinstance(agent_models, AgentAssignment)
+        else AgentAssignment.from_mapping(agent_models, share=share)
     )
     if env_agents is not None:
         assignment = assignment.expand(env_agents)
@@ -216,6 +235,8 @@ def build_models(
         loaded = loader(assignment.agent_specs[agent], model_id)
         models[model_id] = loaded
         backends[model_id] = (
-            backend(loaded) if callable(backend) else make_backend(loaded, backend, **dict(backend_kwargs or {}))
+            backend(loaded)
+            if callable(backend)
+            else make_backend(loaded, backend, **dict(backend_kwargs or {}))
         )
     return ModelPool(models, backends, ids)

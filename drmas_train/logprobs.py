@@ -23,7 +23,10 @@ def cache_kwarg(model: Any) -> str:
 
 
 def pack_prompt_response(
-    prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], pad_token_id: int, device: Any = "cpu"
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    pad_token_id: int,
+    device: Any = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Lay out B (prompt, response) pairs as one padded batch: prompts left-padded to P, responses right-padded to T.
 
@@ -35,7 +38,9 @@ def pack_prompt_response(
         ValueError: different numbers of prompts and responses, or an empty prompt.
     """
     if len(prompt_ids) != len(response_ids):
-        raise ValueError(f"got {len(prompt_ids)} prompts but {len(response_ids)} responses; they must pair up")
+        raise ValueError(
+            f"got {len(prompt_ids)} prompts but {len(response_ids)} responses; they must pair up"
+        )
     if any(len(p) == 0 for p in prompt_ids):
         raise ValueError("every prompt must have at least one token (apply the chat template first)")
     batch = len(prompt_ids)
@@ -43,7 +48,7 @@ def pack_prompt_response(
     resp_len = max((len(r) for r in response_ids), default=0)
     input_ids = torch.full((batch, prompt_len + resp_len), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, prompt_len + resp_len), dtype=torch.long)
-    for b, (p, r) in enumerate(zip(prompt_ids, response_ids)):
+    for b, (p, r) in enumerate(zip(prompt_ids, response_ids, strict=True)):
         input_ids[b, prompt_len - len(p) : prompt_len] = torch.as_tensor(list(p), dtype=torch.long)
         input_ids[b, prompt_len : prompt_len + len(r)] = torch.as_tensor(list(r), dtype=torch.long)
         attention_mask[b, prompt_len - len(p) : prompt_len + len(r)] = 1
@@ -102,7 +107,9 @@ def forward_logprobs(
     # position P-1+t predicts response token t: drop the last kept position.
     logits = out.logits[:, :-1, :].float() / scale  # (B, T, V)
     targets = input_ids[:, -resp_len:]  # (B, T)
-    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # (B, T)
+    logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
+        logits, dim=-1
+    )  # (B, T)
     logprobs = logprobs * response_mask
     entropy = None
     if with_entropy:

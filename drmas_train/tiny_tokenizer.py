@@ -53,7 +53,10 @@ def tiny_bpe_tokenizer(vocab_size: int = 384):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), initial_alphabet=alphabet, show_progress=False
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=alphabet,
+        show_progress=False,
     )
     tok.train_from_iterator(_CORPUS.strip().splitlines() * 4, trainer=trainer)
     return PreTrainedTokenizerFast(

@@ -23,9 +23,17 @@ def main() -> int:
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    backend = VLLMBackend(args.model, tokenizer, model=model, dtype="float32", max_model_len=1024, enforce_eager=True)
-    report: dict = {"vllm_version": backend._vllm.__version__, "startup_s": round(time.perf_counter() - t0, 1)}
-    prompts = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "Name a colour."}]]
+    backend = VLLMBackend(
+        args.model, tokenizer, model=model, dtype="float32", max_model_len=1024, enforce_eager=True
+    )
+    report: dict = {
+        "vllm_version": backend._vllm.__version__,
+        "startup_s": round(time.perf_counter() - t0, 1),
+    }
+    prompts = [
+        [{"role": "user", "content": "What is 2 + 3?"}],
+        [{"role": "user", "content": "Name a colour."}],
+    ]
 
     sampling = SamplingParams(temperature=0.8, max_new_tokens=16, n=2, seed=0)
     gens = backend.generate(prompts, sampling)
@@ -34,8 +42,11 @@ def main() -> int:
     ok_shapes = len(gens) == 4 and all(len(g.logprobs) == len(g.response_ids) > 0 for g in gens)
     with torch.no_grad():
         lp, mask, _ = forward_logprobs(
-            model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
-            pad_token_id=backend.pad_token_id, temperature=0.8,
+            model,
+            [g.prompt_ids for g in gens],
+            [g.response_ids for g in gens],
+            pad_token_id=backend.pad_token_id,
+            temperature=0.8,
         )
     vl = torch.zeros_like(lp)
     for i, g in enumerate(gens):
@@ -55,8 +66,11 @@ def main() -> int:
     perturbed = backend.generate(prompts, greedy)
     with torch.no_grad():
         lp2, mask2, _ = forward_logprobs(
-            model, [g.prompt_ids for g in perturbed], [g.response_ids for g in perturbed],
-            pad_token_id=backend.pad_token_id, temperature=1.0,
+            model,
+            [g.prompt_ids for g in perturbed],
+            [g.response_ids for g in perturbed],
+            pad_token_id=backend.pad_token_id,
+            temperature=1.0,
         )
     vl2 = torch.zeros_like(lp2)
     for i, g in enumerate(perturbed):

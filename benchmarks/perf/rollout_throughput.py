@@ -31,7 +31,9 @@ def naive_loop(env_fn, tasks, n, backend, sampling, seed):
                     env.step(None)
                     continue
                 t0 = time.perf_counter()
-                (gen,) = backend.generate([list(env.observe(agent)["messages"])], sampling.replace(seed=seed + k * 1000 + calls))
+                (gen,) = backend.generate(
+                    [list(env.observe(agent)["messages"])], sampling.replace(seed=seed + k * 1000 + calls)
+                )
                 gen_s += time.perf_counter() - t0
                 calls += 1
                 tokens += len(gen.response_ids)
@@ -42,7 +44,9 @@ def naive_loop(env_fn, tasks, n, backend, sampling, seed):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="tiny-qwen3", help="named model, local path or HF id (one model for all agents)")
+    p.add_argument(
+        "--model", default="tiny-qwen3", help="named model, local path or HF id (one model for all agents)"
+    )
     p.add_argument("--env", default="math-solver-verifier-v0")
     p.add_argument("--tasks", type=int, default=16)
     p.add_argument("--n", type=int, default=4, help="rollouts per task (group size)")
@@ -56,7 +60,6 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     import drmas_envs
-
     from drmas_train.assignment import build_models
     from drmas_train.backends.base import SamplingParams
     from drmas_train.rollout import rollout
@@ -69,10 +72,21 @@ def main() -> None:
     (backend,) = pool.backends.values()
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
     tasks = list(range(args.tasks))
-    rollout(env_fn, tasks[:1], 1, pool, sampling, seed=args.seed, progress=False)  # warm-up (imports, allocator)
+    rollout(
+        env_fn, tasks[:1], 1, pool, sampling, seed=args.seed, progress=False
+    )  # warm-up (imports, allocator)
 
     t0 = time.perf_counter()
-    result = rollout(env_fn, tasks, args.n, pool, sampling, seed=args.seed, max_prompt_tokens=args.max_prompt_tokens, progress=False)
+    result = rollout(
+        env_fn,
+        tasks,
+        args.n,
+        pool,
+        sampling,
+        seed=args.seed,
+        max_prompt_tokens=args.max_prompt_tokens,
+        progress=False,
+    )
     lock_s = time.perf_counter() - t0
     lock_calls = len(result.samples)
     lock_tokens = sum(len(s.response_ids) for s in result.samples)

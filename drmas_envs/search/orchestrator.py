@@ -42,7 +42,7 @@ always *terminates* (never truncates). `format_penalty` defaults to 0.01.
 
 ## Arguments
 
-`tasks` (None = synthetic, a QA file path, or a TaskSource), `corpus` (wiki-18 JSONL path or passages; HotpotQA
+`tasks` (None = synthetic, a QA file path, `"hf:<id>[:<config>][@<split>]"`, or a TaskSource), `corpus` (wiki-18 JSONL path or passages; HotpotQA
 files default to their contexts), `retriever` (`"bm25"`, `"dense"`, `"http"` or an object with `search`),
 `retriever_kwargs`, `synthetic` (EncyclopediaConfig fields), `topk=3`, `max_steps=4`, `history_length=4`,
 `format_penalty=0.01`, `max_action_chars=20000`, `prompts` (overrides of `ORCHESTRATOR_PROMPTS`), `render_mode`.

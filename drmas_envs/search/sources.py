@@ -15,7 +15,7 @@ from typing import Any
 
 from drmas_envs.core import TaskSource
 from drmas_envs.search.corpus import Passage, hotpotqa_corpus, load_corpus_jsonl
-from drmas_envs.search.data import load_qa_file, read_rows
+from drmas_envs.search.data import load_qa_file, load_qa_hf, read_rows
 from drmas_envs.search.retrievers import Retriever, make_retriever
 from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia
 
@@ -28,6 +28,19 @@ def _file_tasks_and_contexts(path: str, mtime: float, limit: int | None) -> tupl
     rows = [row for _, row in read_rows(path)][: limit if limit is not None else None]
     has_context = bool(rows) and all("context" in r for r in rows)
     return tasks, (tuple(hotpotqa_corpus(rows)) if has_context else None)
+
+
+def _hf_tasks(spec: str, limit: int | None) -> TaskSource:
+    """``hf:<id>[:<config>][@<split>]`` (split defaults to ``validation``) via :func:`load_qa_hf`.
+
+    Raises:
+        ValueError: a malformed spec.
+    """
+    body, _, split = spec[3:].partition("@")
+    name, _, config = body.partition(":")
+    if not name:
+        raise ValueError(f"malformed Hugging Face spec {spec!r}: expected 'hf:<id>[:<config>][@<split>]'")
+    return load_qa_hf(name, split or "validation", config=config or None, limit=limit)
 
 
 @functools.lru_cache(maxsize=16)
@@ -48,6 +61,8 @@ def resolve_data(
       of its fields); its passages are the corpus unless ``corpus`` is given.
     * ``tasks=<path>``: a QA file (:func:`drmas_envs.search.data.load_qa_file`); for HotpotQA rows the corpus
       defaults to the union of their context paragraphs.
+    * ``tasks="hf:<id>[:<config>][@<split>]"``: a Hugging Face dataset (online only; fails fast offline), e.g.
+      ``"hf:hotpot_qa:distractor@validation"``; give a ``corpus`` (or use ``retriever="http"``).
     * ``tasks=<TaskSource>``: used as is.
     * ``corpus=<path>`` (wiki-18 JSONL) or a sequence of :class:`Passage` overrides the default corpus.
 
@@ -71,6 +86,8 @@ def resolve_data(
         task_source, passages = enc.tasks, enc.passages
     elif synthetic is not None:
         raise TypeError("synthetic=... configures the default synthetic encyclopedia; it cannot be combined with tasks=...")
+    elif isinstance(tasks, str) and tasks.startswith("hf:"):
+        task_source = _hf_tasks(tasks, limit)
     elif isinstance(tasks, (str, Path)):
         path = Path(tasks)
         if not path.is_file():

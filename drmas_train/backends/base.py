@@ -76,7 +76,9 @@ class SamplingParams:
         if not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError(f"SamplingParams.stop must be non-empty strings, got {self.stop!r}")
         if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0):
-            raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature!r}")
+            raise ValueError(
+                f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature!r}"
+            )
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
         if not (isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1)):
@@ -119,7 +121,9 @@ class Backend(Protocol):
 
     tokenizer: Any  # a transformers tokenizer (may be None for remote backends without one)
 
-    def generate(self, prompts: Sequence[Messages], sampling: SamplingParams, **kwargs: Any) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Messages], sampling: SamplingParams, **kwargs: Any
+    ) -> list[Generation]:
         """Sample ``sampling.n`` responses for each chat conversation.
 
         Returns:
@@ -156,7 +160,9 @@ def truncate_ids(ids: list[int], max_tokens: int | None, mode: str) -> list[int]
     return list(ids[:head]) + list(ids[len(ids) - (max_tokens - head) :])
 
 
-def render_chat(tokenizer: Any, messages: Messages, chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+def render_chat(
+    tokenizer: Any, messages: Messages, chat_template_kwargs: Mapping[str, Any] | None = None
+) -> list[int]:
     """Token ids of ``messages`` under the tokenizer's own chat template, with the generation prompt appended.
 
     ``chat_template_kwargs`` pass through to the template (e.g. Qwen3's ``{"enable_thinking": False}``).
@@ -165,13 +171,21 @@ def render_chat(tokenizer: Any, messages: Messages, chat_template_kwargs: Mappin
         ValueError: the tokenizer has no chat template, or a message is not ``{"role": str, "content": str}``.
     """
     if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat_template; use a chat/instruct model")
+        raise ValueError(
+            f"tokenizer {type(tokenizer).__name__} has no chat_template; use a chat/instruct model"
+        )
     rows = []
     for m in messages:
-        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        if (
+            not isinstance(m, Mapping)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), str)
+        ):
             raise ValueError(f"each chat message must be a dict with str 'role' and 'content', got {m!r}")
         rows.append({"role": m["role"], "content": m["content"]})
-    text = tokenizer.apply_chat_template(rows, tokenize=False, add_generation_prompt=True, **dict(chat_template_kwargs or {}))
+    text = tokenizer.apply_chat_template(
+        rows, tokenize=False, add_generation_prompt=True, **dict(chat_template_kwargs or {})
+    )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 

@@ -26,7 +26,7 @@ from drmas_train.backends.base import (
 )
 from drmas_train.logprobs import cache_kwarg
 
-__all__ = ["HFBackend", "filter_logits"]
+__all__ = ["HFBackend", "filter_logits", "sample_categorical"]
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -54,6 +54,26 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         out = out.masked_fill(drop, float("-inf"))
     return out
+
+
+def sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row from ``softmax(logits)`` by inverse-CDF sampling.
+
+    ``torch.multinomial`` is several times slower on CPU for 10^5-token vocabularies; this costs one exp, one
+    cumsum and a binary search per row. Tokens with probability 0 (logit ``-inf``) are never drawn.
+
+    Args:
+        logits: (B, V) float; ``-inf`` marks excluded tokens (at least one finite per row).
+        generator: the random stream (one uniform draw per row).
+
+    Returns:
+        (B,) long token ids.
+    """
+    weights = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)  # (B, V), max weight 1
+    cdf = weights.cumsum(dim=-1)  # (B, V)
+    u = torch.rand((logits.shape[0], 1), generator=generator, device=logits.device, dtype=cdf.dtype)
+    u = u * cdf[:, -1:] * (1 - 1e-6)  # strictly below the total mass, so a positive-weight token is hit
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)  # (B,)
 
 
 class HFBackend:
@@ -90,7 +110,9 @@ class HFBackend:
             value = getattr(source, "eos_token_id", None)
             eos.update(value if isinstance(value, (list, tuple)) else [value])
         self.eos_token_ids = frozenset(int(e) for e in eos if e is not None)
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_token_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
 
     @classmethod
     def from_loaded(cls, loaded: Any, **kwargs: Any) -> HFBackend:
@@ -106,7 +128,9 @@ class HFBackend:
     ) -> list[list[int]]:
         """Chat-template and tokenize each conversation, then truncate (:func:`truncate_ids`)."""
         return [
-            truncate_ids(render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation)
+            truncate_ids(
+                render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation
+            )
             for m in prompts
         ]
 
@@ -123,7 +147,9 @@ class HFBackend:
         Raises:
             PromptTooLongError: a prompt over ``max_prompt_tokens`` with ``truncation="error"``.
         """
-        return self.generate_ids(self.encode_prompts(prompts, max_prompt_tokens=max_prompt_tokens, truncation=truncation), sampling)
+        return self.generate_ids(
+            self.encode_prompts(prompts, max_prompt_tokens=max_prompt_tokens, truncation=truncation), sampling
+        )
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
         """Like :meth:`generate` for prompts already tokenized (each non-empty)."""
@@ -138,7 +164,11 @@ class HFBackend:
         try:
             out: list[Generation] = []
             for start in range(0, len(rows), self.max_batch_size):
-                out.extend(self._generate_batch(rows[start : start + self.max_batch_size], sampling, generator, device))
+                out.extend(
+                    self._generate_batch(
+                        rows[start : start + self.max_batch_size], sampling, generator, device
+                    )
+                )
         finally:
             self.model.train(was_training)
         return out
@@ -159,7 +189,11 @@ class HFBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
         cache = DynamicCache(config=getattr(self.model, "config", None))
         out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
             **{self._cache_kw: cache},
         )
         logits = out.logits[:, -1, :].float()  # (B, V)
@@ -173,16 +207,15 @@ class HFBackend:
         reasons: list[str | None] = [None] * batch
         for step in range(sampling.max_new_tokens):
             scaled = logits / scale  # (B, V)
-            logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
             if greedy:
                 tokens = scaled.argmax(-1)  # (B,)
             else:
                 if sampling.top_k != -1 or sampling.top_p < 1.0:
-                    probs = torch.softmax(filter_logits(scaled, sampling.top_k, sampling.top_p), dim=-1)  # (B, V)
+                    tokens = sample_categorical(filter_logits(scaled, sampling.top_k, sampling.top_p), generator)
                 else:
-                    probs = logp.exp()  # (B, V)
-                tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
-            token_lp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B,)
+                    tokens = sample_categorical(scaled, generator)  # (B,)
+            # the same formula as drmas_train.logprobs.forward_logprobs: logit - logsumexp (unfiltered)
+            token_lp = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)  # (B,)
             token_list, lp_list = tokens.tolist(), token_lp.tolist()
             for b in range(batch):
                 if reasons[b] is not None:
@@ -191,16 +224,23 @@ class HFBackend:
                 logprobs[b].append(lp_list[b])
                 if token_list[b] in self.eos_token_ids:
                     reasons[b] = "stop"
-                elif max_stop and find_stop(self.tokenizer.decode(responses[b][-(4 * max_stop + 4) :]), sampling.stop):
+                elif max_stop and find_stop(
+                    self.tokenizer.decode(responses[b][-(4 * max_stop + 4) :]), sampling.stop
+                ):
                     reasons[b] = "stop"
             if all(r is not None for r in reasons) or step == sampling.max_new_tokens - 1:
                 break
             feed = torch.as_tensor(
-                [token_list[b] if reasons[b] is None else self.pad_token_id for b in range(batch)], device=device
+                [token_list[b] if reasons[b] is None else self.pad_token_id for b in range(batch)],
+                device=device,
             ).unsqueeze(-1)  # (B, 1)
             mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=-1)
             out = self.model(
-                input_ids=feed, attention_mask=mask, position_ids=next_pos, use_cache=True, **{self._cache_kw: cache}
+                input_ids=feed,
+                attention_mask=mask,
+                position_ids=next_pos,
+                use_cache=True,
+                **{self._cache_kw: cache},
             )
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1

@@ -45,7 +45,9 @@ class OpenAIServerError(RuntimeError):
 
 
 def _retryable(err: BaseException) -> bool:
-    return isinstance(err, httpx.TransportError) or (isinstance(err, OpenAIServerError) and err.status in RETRY_STATUS)
+    return isinstance(err, httpx.TransportError) or (
+        isinstance(err, OpenAIServerError) and err.status in RETRY_STATUS
+    )
 
 
 class OpenAIBackend:
@@ -146,7 +148,9 @@ class OpenAIBackend:
     def _parse(self, messages: Messages, data: dict[str, Any]) -> list[Generation]:
         prompt_ids = data.get("prompt_token_ids")
         if prompt_ids is None:
-            prompt_ids = render_chat(self.tokenizer, messages, self.chat_template_kwargs) if self.tokenizer else []
+            prompt_ids = (
+                render_chat(self.tokenizer, messages, self.chat_template_kwargs) if self.tokenizer else []
+            )
         out = []
         for choice in sorted(data.get("choices", []), key=lambda c: c.get("index", 0)):
             text = (choice.get("message") or {}).get("content") or ""
@@ -154,7 +158,9 @@ class OpenAIBackend:
             logprobs = [float(c["logprob"]) for c in content]
             response_ids = choice.get("token_ids")
             if response_ids is None:
-                response_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] if self.tokenizer else []
+                response_ids = (
+                    self.tokenizer(text, add_special_tokens=False)["input_ids"] if self.tokenizer else []
+                )
             out.append(
                 Generation(
                     text=text,
@@ -166,7 +172,9 @@ class OpenAIBackend:
             )
         return out
 
-    def generate(self, prompts: Sequence[Messages], sampling: SamplingParams, **kwargs: Any) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Messages], sampling: SamplingParams, **kwargs: Any
+    ) -> list[Generation]:
         """Sample ``sampling.n`` responses per conversation; ``len(prompts) * n`` results, prompt-major.
 
         Raises:
@@ -183,7 +191,7 @@ class OpenAIBackend:
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, max(1, len(bodies)))) as pool:
             results = list(pool.map(self._post, bodies))
         out: list[Generation] = []
-        for messages, data in zip(prompts, results):
+        for messages, data in zip(prompts, results, strict=True):
             gens = self._parse(messages, data)
             if len(gens) != sampling.n:
                 raise OpenAIServerError(200, f"expected {sampling.n} choices, got {len(gens)}", self.url)

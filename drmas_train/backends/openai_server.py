@@ -81,7 +81,7 @@ def create_app(backend: Any, model_name: str) -> Any:
                 choice["logprobs"] = {
                     "content": [
                         {"token": tok.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
-                        for t, lp in zip(g.response_ids, g.logprobs)
+                        for t, lp in zip(g.response_ids, g.logprobs, strict=False)
                     ]
                 }
             if req.return_token_ids:

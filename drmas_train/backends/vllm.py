@@ -68,7 +68,9 @@ class VLLMBackend:
         self.model = model
         llm_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         self.llm = vllm.LLM(model=model_path, tokenizer=model_path, seed=seed, **llm_kwargs)
-        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_token_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
 
     @classmethod
     def from_loaded(cls, loaded: Any, *, export_dir: str | None = None, **kwargs: Any) -> VLLMBackend:
@@ -142,7 +144,9 @@ class VLLMBackend:
                 "can be recomputed under the drmas convention, or sample with top_k=-1, top_p=1.0"
             )
         ids = [
-            truncate_ids(render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation)
+            truncate_ids(
+                render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation
+            )
             for m in prompts
         ]
         params = self._vllm.SamplingParams(
@@ -158,10 +162,10 @@ class VLLMBackend:
         )
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
         gens = []
-        for prompt, out in zip(ids, outputs):
+        for prompt, out in zip(ids, outputs, strict=True):
             for c in out.outputs:
                 response = list(c.token_ids)
-                lps = [float(d[t].logprob) for t, d in zip(response, c.logprobs or [])]
+                lps = [float(d[t].logprob) for t, d in zip(response, c.logprobs or [], strict=False)]
                 gens.append(
                     Generation(
                         text=self.tokenizer.decode(response, skip_special_tokens=True),
@@ -188,5 +192,5 @@ class VLLMBackend:
                 pad_token_id=self.pad_token_id,
                 temperature=sampling.temperature,
             )
-        for row, g in zip(lp.tolist(), gens):
+        for row, g in zip(lp.tolist(), gens, strict=True):
             g.logprobs = row[: len(g.response_ids)]

@@ -182,6 +182,8 @@ def test_episode_length_bound_with_always_no():
         ({"synthetic": {"size": 3}}, TypeError, r"synthetic=\{'size': 3\}"),
         ({"tasks": "/nonexistent/qa.jsonl"}, FileNotFoundError, "tasks file /nonexistent/qa.jsonl not found"),
         ({"tasks": ListTaskSource([TINY_TASK])}, ValueError, "the 'bm25' retriever needs a corpus"),
+        ({"tasks": "hf:hotpot_qa:distractor@validation"}, RuntimeError, "cannot load HF dataset 'hotpot_qa': offline mode"),
+        ({"tasks": "hf:"}, ValueError, "malformed Hugging Face spec 'hf:'"),
     ],
 )
 def test_bad_kwargs(kwargs, error, match):

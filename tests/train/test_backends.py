@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from backend_fakes import tiny
 
 from drmas_train.backends.base import (
     PromptTooLongError,
@@ -13,9 +14,8 @@ from drmas_train.backends.base import (
     render_chat,
     truncate_ids,
 )
-from drmas_train.backends.hf import HFBackend, filter_logits
+from drmas_train.backends.hf import HFBackend, filter_logits, sample_categorical
 from drmas_train.logprobs import forward_logprobs, pack_prompt_response
-from backend_fakes import tiny
 
 PROMPTS = [
     [{"role": "user", "content": "What is 2 + 3?"}],
@@ -62,7 +62,9 @@ def test_truncate_ids_modes():
     assert truncate_ids(ids, 5, "middle") == [0, 1, 7, 8, 9]
     with pytest.raises(PromptTooLongError, match=r"prompt has 10 tokens > max_prompt_tokens=4"):
         truncate_ids(ids, 4, "error")
-    with pytest.raises(ValueError, match=r"truncation must be one of \('left', 'middle', 'error'\), got 'right'"):
+    with pytest.raises(
+        ValueError, match=r"truncation must be one of \('left', 'middle', 'error'\), got 'right'"
+    ):
         truncate_ids(ids, 4, "right")
 
 
@@ -76,6 +78,17 @@ def test_filter_logits_top_k_and_top_p():
     assert kept(filter_logits(logits, -1, 0.75)) == [1, 2, 3]
     assert kept(filter_logits(logits, 3, 0.45)) == [2, 3]
     assert kept(filter_logits(logits, -1, 1.0)) == [0, 1, 2, 3]
+
+
+def test_sample_categorical_frequencies_and_excluded_tokens():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.0, 0.7]])).repeat(40_000, 1)  # token 2 has logit -inf
+    counts = torch.bincount(sample_categorical(logits, g), minlength=4) / 40_000
+    assert counts[2] == 0
+    assert torch.allclose(counts, torch.tensor([0.1, 0.2, 0.0, 0.7]), atol=0.01)  # 4+ sigma at n=40k
+    one_hot = torch.full((3, 5), float("-inf"))
+    one_hot[torch.arange(3), torch.tensor([4, 0, 2])] = 0.0
+    assert sample_categorical(one_hot, g).tolist() == [4, 0, 2]
 
 
 # ---- chat templates ----
@@ -101,8 +114,11 @@ def _check_against_forward(loaded, gens, temperature):
     backend_pad = loaded.tokenizer.pad_token_id
     with torch.no_grad():
         lp, mask, _ = forward_logprobs(
-            loaded.model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
-            pad_token_id=backend_pad, temperature=temperature,
+            loaded.model,
+            [g.prompt_ids for g in gens],
+            [g.response_ids for g in gens],
+            pad_token_id=backend_pad,
+            temperature=temperature,
         )
     for i, g in enumerate(gens):
         assert mask[i].sum().item() == len(g.response_ids)
@@ -155,8 +171,8 @@ def test_greedy_result_does_not_depend_on_batch_padding():
     batched = backend.generate(PROMPTS, greedy)
     alone = [backend.generate([p], greedy)[0] for p in PROMPTS]
     assert [g.response_ids for g in batched] == [g.response_ids for g in alone]
-    for b, a in zip(batched, alone):
-        assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
+    for b, a in zip(batched, alone, strict=True):
+        assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs, strict=True)) < 1e-4
 
 
 def test_stop_strings_end_a_sequence_at_the_first_occurrence():
@@ -196,10 +212,14 @@ def test_generation_restores_train_mode_and_keeps_no_graph():
 def test_prompt_truncation_in_generate():
     backend = HFBackend.from_loaded(tiny("tiny-llama"))
     full = backend.encode_prompts(PROMPTS)[1]
-    gens = backend.generate(PROMPTS[1:], SamplingParams(max_new_tokens=2, seed=0), max_prompt_tokens=9, truncation="middle")
+    gens = backend.generate(
+        PROMPTS[1:], SamplingParams(max_new_tokens=2, seed=0), max_prompt_tokens=9, truncation="middle"
+    )
     assert gens[0].prompt_ids == full[:4] + full[-5:]
     with pytest.raises(PromptTooLongError, match=r"max_prompt_tokens=9"):
-        backend.generate(PROMPTS[1:], SamplingParams(max_new_tokens=2), max_prompt_tokens=9, truncation="error")
+        backend.generate(
+            PROMPTS[1:], SamplingParams(max_new_tokens=2), max_prompt_tokens=9, truncation="error"
+        )
 
 
 # ---- forward_logprobs ----
@@ -219,7 +239,9 @@ def test_forward_logprobs_matches_a_manual_unpadded_computation_and_has_gradient
     loaded = tiny("tiny-llama")
     model = loaded.model
     prompts, responses = [[3, 10, 11, 12, 4], [3, 20, 4]], [[30, 31, 1], [40]]
-    lp, mask, ent = forward_logprobs(model, prompts, responses, pad_token_id=0, temperature=0.5, with_entropy=True)
+    lp, mask, ent = forward_logprobs(
+        model, prompts, responses, pad_token_id=0, temperature=0.5, with_entropy=True
+    )
     assert lp.shape == mask.shape == ent.shape == (2, 3) and lp.dtype == torch.float32
     assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
     assert lp[1, 1:].abs().sum() == 0 and ent[1, 1:].abs().sum() == 0

@@ -62,8 +62,13 @@ def test_client_matches_the_local_backend_exactly(served):
         remote = client.generate(PROMPTS, sampling)
     local = [g for p in PROMPTS for g in HFBackend.from_loaded(loaded).generate([p], sampling)]
     assert len(remote) == 4
-    for r, g in zip(remote, local):
-        assert (r.text, r.prompt_ids, r.response_ids, r.finish_reason) == (g.text, g.prompt_ids, g.response_ids, g.finish_reason)
+    for r, g in zip(remote, local, strict=True):
+        assert (r.text, r.prompt_ids, r.response_ids, r.finish_reason) == (
+            g.text,
+            g.prompt_ids,
+            g.response_ids,
+            g.finish_reason,
+        )
         assert r.logprobs == pytest.approx(g.logprobs, abs=1e-6)
 
 
@@ -71,9 +76,12 @@ def test_without_server_token_ids_the_tokenizer_fills_them(served):
     url, loaded = served
     with OpenAIBackend(url, "tiny-llama", tokenizer=loaded.tokenizer) as client:
         (gen,) = client.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_new_tokens=6))
-    assert gen.prompt_ids == loaded.tokenizer(
-        "<|user|>\nWhat is 2 + 3?<|end|>\n<|assistant|>\n", add_special_tokens=False
-    )["input_ids"]
+    assert (
+        gen.prompt_ids
+        == loaded.tokenizer("<|user|>\nWhat is 2 + 3?<|end|>\n<|assistant|>\n", add_special_tokens=False)[
+            "input_ids"
+        ]
+    )
     assert len(gen.logprobs) == 6 and gen.finish_reason in ("stop", "length")
     with OpenAIBackend(url, "tiny-llama") as bare:
         (gen,) = bare.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_new_tokens=3))

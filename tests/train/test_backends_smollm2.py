@@ -25,9 +25,16 @@ def smollm2():
 
 def test_smollm2_loads_offline_with_its_chat_template(smollm2):
     cfg = smollm2.model.config
-    assert (cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size) == ("llama", 576, 30, 49152)
+    assert (cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size) == (
+        "llama",
+        576,
+        30,
+        49152,
+    )
     assert smollm2.tokenizer.eos_token == "<|im_end|>"
-    text = smollm2.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    text = smollm2.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 
@@ -35,14 +42,20 @@ def test_smollm2_generation_logprobs_match_a_forward_pass(smollm2):
     backend = HFBackend.from_loaded(smollm2)
     prompts = [
         [{"role": "user", "content": "What is 7 + 5? Answer with a number."}],
-        [{"role": "system", "content": "You are a concise math tutor."}, {"role": "user", "content": "Compute 12 * 3."}],
+        [
+            {"role": "system", "content": "You are a concise math tutor."},
+            {"role": "user", "content": "Compute 12 * 3."},
+        ],
     ]
     sampling = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=16, n=2, seed=0)
     gens = backend.generate(prompts, sampling)
     with torch.no_grad():
         lp, mask, _ = forward_logprobs(
-            smollm2.model, [g.prompt_ids for g in gens], [g.response_ids for g in gens],
-            pad_token_id=backend.pad_token_id, temperature=0.8,
+            smollm2.model,
+            [g.prompt_ids for g in gens],
+            [g.response_ids for g in gens],
+            pad_token_id=backend.pad_token_id,
+            temperature=0.8,
         )
     diffs = [
         (lp[i, : len(g.logprobs)] - torch.tensor(g.logprobs)).abs().max().item() for i, g in enumerate(gens)

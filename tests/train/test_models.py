@@ -11,12 +11,21 @@ from backend_fakes import tiny
 
 from drmas_train.assignment import AgentAssignment, AssignmentError, ModelPool, build_models
 from drmas_train.backends.hf import HFBackend
-from drmas_train.models import LoadedModel, ModelNotFoundError, ModelSpec, cache_dir, load_model, smollm2_gguf_path
+from drmas_train.models import (
+    LoadedModel,
+    ModelNotFoundError,
+    ModelSpec,
+    cache_dir,
+    load_model,
+    smollm2_gguf_path,
+)
 
 
 # ---- ModelSpec ----
 def test_model_spec_validation_and_coercion():
-    with pytest.raises(ValueError, match=r"ModelSpec.dtype must be one of \('float32', 'bfloat16', 'float16'\), got 'fp8'"):
+    with pytest.raises(
+        ValueError, match=r"ModelSpec.dtype must be one of \('float32', 'bfloat16', 'float16'\), got 'fp8'"
+    ):
         ModelSpec("tiny-qwen3", dtype="fp8")
     with pytest.raises(ValueError, match=r"name_or_path must be a non-empty string"):
         ModelSpec(" ")
@@ -39,7 +48,9 @@ def test_tiny_models_are_small_deterministic_and_leave_the_global_rng_alone():
     c = load_model(ModelSpec("tiny-llama", seed=1))
     pa, pb, pc = (dict(m.model.named_parameters()) for m in (a, b, c))
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
-    assert not torch.equal(pa["model.layers.0.self_attn.q_proj.weight"], pc["model.layers.0.self_attn.q_proj.weight"])
+    assert not torch.equal(
+        pa["model.layers.0.self_attn.q_proj.weight"], pc["model.layers.0.self_attn.q_proj.weight"]
+    )
     cfg = tiny("tiny-qwen3").model.config
     assert (cfg.model_type, cfg.hidden_size, cfg.num_hidden_layers, cfg.head_dim) == ("qwen3", 64, 2, 16)
     assert cfg.vocab_size == len(tiny("tiny-qwen3").tokenizer) == 151669
@@ -55,13 +66,18 @@ def test_local_directory_round_trip(tmp_path):
     assert loaded.model_id == tmp_path.name
     ref = dict(src.model.named_parameters())
     assert all(torch.equal(p, ref[k]) for k, p in loaded.model.named_parameters())
-    assert loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == "<|user|>\nhi<|end|>\n"
+    assert (
+        loaded.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+        == "<|user|>\nhi<|end|>\n"
+    )
 
 
 def test_unknown_models_fail_fast_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     start = time.perf_counter()
-    with pytest.raises(ModelNotFoundError, match=r"HF_HUB_OFFLINE=1 is set .* Did you mean the named model 'tiny-qwen3'\?"):
+    with pytest.raises(
+        ModelNotFoundError, match=r"HF_HUB_OFFLINE=1 is set .* Did you mean the named model 'tiny-qwen3'\?"
+    ):
         load_model("tiny-qwen")
     with pytest.raises(ModelNotFoundError, match=r"cannot load model 'no-such-org/no-such-model'"):
         load_model("no-such-org/no-such-model")
@@ -82,7 +98,9 @@ def test_cache_dir_and_gguf_location(monkeypatch, tmp_path):
 
 
 def test_lora_and_frozen_specs():
-    lora = load_model(ModelSpec("tiny-llama", lora={"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"]}))
+    lora = load_model(
+        ModelSpec("tiny-llama", lora={"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"]})
+    )
     trainable = [n for n, p in lora.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     frozen = load_model(ModelSpec("tiny-llama", trainable=False))
@@ -99,22 +117,31 @@ def _fake_backend(loaded):
 
 
 def test_sharing_same_spec_gives_one_model_and_one_backend():
-    pool = build_models({"solver": "tiny-qwen3", "verifier": "tiny-qwen3"}, loader=_fake_loader, backend=_fake_backend)
+    pool = build_models(
+        {"solver": "tiny-qwen3", "verifier": "tiny-qwen3"}, loader=_fake_loader, backend=_fake_backend
+    )
     assert pool.agent_model_ids == {"solver": "tiny-qwen3", "verifier": "tiny-qwen3"}
     assert list(pool.models) == ["tiny-qwen3"] and pool.backends == {"tiny-qwen3": "backend:tiny-qwen3"}
-    assert pool.model_of("verifier") == "tiny-qwen3" and pool.agents_of("tiny-qwen3") == ["solver", "verifier"]
+    assert pool.model_of("verifier") == "tiny-qwen3" and pool.agents_of("tiny-qwen3") == [
+        "solver",
+        "verifier",
+    ]
 
 
 def test_non_sharing_gives_each_agent_its_own_copy():
     pool = build_models(
-        {"solver": "tiny-qwen3", "verifier": "tiny-qwen3"}, share=False, loader=_fake_loader, backend=_fake_backend
+        {"solver": "tiny-qwen3", "verifier": "tiny-qwen3"},
+        share=False,
+        loader=_fake_loader,
+        backend=_fake_backend,
     )
     assert pool.agent_model_ids == {"solver": "tiny-qwen3@solver", "verifier": "tiny-qwen3@verifier"}
     assert len(pool.models) == 2 and len(pool.backends) == 2
     # explicit model ids do the same with share=True
     pool = build_models(
         {"solver": ModelSpec("tiny-qwen3", model_id="s"), "verifier": ModelSpec("tiny-qwen3", model_id="v")},
-        loader=_fake_loader, backend=_fake_backend,
+        loader=_fake_loader,
+        backend=_fake_backend,
     )
     assert pool.agent_model_ids == {"solver": "s", "verifier": "v"}
 
@@ -122,17 +149,24 @@ def test_non_sharing_gives_each_agent_its_own_copy():
 def test_heterogeneous_and_colliding_ids():
     pool = build_models(
         {"a": "tiny-qwen3", "b": "tiny-llama", "c": ModelSpec("tiny-qwen3", dtype="bfloat16")},
-        loader=_fake_loader, backend=_fake_backend,
+        loader=_fake_loader,
+        backend=_fake_backend,
     )
     assert pool.agent_model_ids == {"a": "tiny-qwen3", "b": "tiny-llama", "c": "tiny-qwen3-2"}
     assert pool.models["tiny-qwen3-2"].spec.dtype == "bfloat16"
 
 
 def test_wildcard_default_and_expansion():
-    pool = build_models({"*": "tiny-qwen3", "verifier": "tiny-llama"}, loader=_fake_loader, backend=_fake_backend)
+    pool = build_models(
+        {"*": "tiny-qwen3", "verifier": "tiny-llama"}, loader=_fake_loader, backend=_fake_backend
+    )
     assert pool.model_of("solver") == "tiny-qwen3" and pool.model_of("verifier") == "tiny-llama"
     pool = build_models(
-        {"*": "tiny-qwen3"}, share=False, env_agents=["solver", "verifier"], loader=_fake_loader, backend=_fake_backend
+        {"*": "tiny-qwen3"},
+        share=False,
+        env_agents=["solver", "verifier"],
+        loader=_fake_loader,
+        backend=_fake_backend,
     )
     assert pool.agent_model_ids == {"solver": "tiny-qwen3@solver", "verifier": "tiny-qwen3@verifier"}
     with pytest.raises(AssignmentError, match=r"share=False needs explicit agents: call expand"):
@@ -141,9 +175,14 @@ def test_wildcard_default_and_expansion():
 
 def test_assignment_validation_errors_are_clear():
     assignment = AgentAssignment.from_mapping({"solver": "tiny-qwen3", "verifer": "tiny-qwen3"})
-    with pytest.raises(AssignmentError, match=r"unknown agent 'verifer' for math: its agents are \['solver', 'verifier'\]; did you mean 'verifier'\?"):
+    with pytest.raises(
+        AssignmentError,
+        match=r"unknown agent 'verifer' for math: its agents are \['solver', 'verifier'\]; did you mean 'verifier'\?",
+    ):
         assignment.validate(["solver", "verifier"], "math")
-    with pytest.raises(AssignmentError, match=r"agent\(s\) \['verifier'\] of the env have no model; .* key '\*'"):
+    with pytest.raises(
+        AssignmentError, match=r"agent\(s\) \['verifier'\] of the env have no model; .* key '\*'"
+    ):
         AgentAssignment.from_mapping({"solver": "tiny-qwen3"}).validate(["solver", "verifier"])
     with pytest.raises(AssignmentError, match=r"agent 'solver' has no model \(got None\)"):
         AgentAssignment.from_mapping({"solver": None})
@@ -159,7 +198,12 @@ def test_assignment_validation_errors_are_clear():
 
 
 def test_real_shared_pool_uses_one_model_object_and_one_hf_backend():
-    pool = build_models({"a": "tiny-llama", "b": "tiny-llama", "c": ModelSpec("tiny-llama", model_id="other")})
+    pool = build_models(
+        {"a": "tiny-llama", "b": "tiny-llama", "c": ModelSpec("tiny-llama", model_id="other")}
+    )
     assert set(pool.models) == {"tiny-llama", "other"}
     assert pool.backend_of("a") is pool.backend_of("b") and pool.backend_of("a") is not pool.backend_of("c")
-    assert isinstance(pool.backend_of("a"), HFBackend) and pool.backend_of("a").model is pool.models["tiny-llama"].model
+    assert (
+        isinstance(pool.backend_of("a"), HFBackend)
+        and pool.backend_of("a").model is pool.models["tiny-llama"].model
+    )

@@ -16,11 +16,13 @@ from drmas_train.policies import LLMPolicy  # noqa: E402
 
 
 def test_policy_plays_an_aec_env_in_the_readme_loop():
-    backend = ScriptedBackend(lambda messages, call, row: "ok 3" if "You are b." in messages[0]["content"] else "ok")
+    backend = ScriptedBackend(
+        lambda messages, call, row: "ok 3" if "You are b." in messages[0]["content"] else "ok"
+    )
     policy = LLMPolicy(backend, SamplingParams(max_new_tokens=8, n=5))
     env = EchoEnv(render_mode="ansi")
     env.reset(seed=0, options={"task_index": 3})
-    for agent in env.agent_iter():
+    for _agent in env.agent_iter():
         obs, reward, terminated, truncated, info = env.last()
         env.step(None if terminated or truncated else policy(obs))
     assert env.episode_returns == {"a": 1.0, "b": 1.0}
@@ -36,7 +38,9 @@ def test_policy_accepts_strings_message_lists_and_batches():
     assert policy([{"role": "user", "content": "yo"}]) == "YO"
     assert policy.batch(["a", {"messages": [{"role": "user", "content": "b"}]}]) == ["A", "B"]
     assert backend.calls == [1, 1, 2]
-    with pytest.raises(TypeError, match=r"an observation must be a drmas observation dict with 'messages'.*got int"):
+    with pytest.raises(
+        TypeError, match=r"an observation must be a drmas observation dict with 'messages'.*got int"
+    ):
         policy(3)
 
 
