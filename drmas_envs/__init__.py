@@ -35,5 +35,7 @@ __all__ = [
     "__version__",
 ]
 
-from drmas_envs import _builtin  # noqa: E402,F401  (registers the built-in envs)
-from drmas_envs import wrappers  # noqa: E402,F401  (mirrors every id into Gymnasium as "drmas/<id>")
+from drmas_envs import (
+    _builtin,  # noqa: E402,F401  (registers the built-in envs)
+    wrappers,  # noqa: E402,F401  (mirrors every id into Gymnasium as "drmas/<id>")
+)

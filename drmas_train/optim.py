@@ -87,6 +87,9 @@ class ModelOptimizer:
             nan/inf and the step was skipped (counted in :attr:`skipped_steps`; the LR schedule still advances
             only on real steps).
         """
+        for p in self.params:  # a skipped (all-zero-advantage) micro-batch leaves grad None: the same as zeros
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, error_if_nonfinite=False))
         stepped = math.isfinite(norm)
         if stepped:

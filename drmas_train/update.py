@@ -59,6 +59,7 @@ def ppo_update(
     micro_batch_tokens: int = 8192,
     ref_model: Any = None,
     seed: int = 0,
+    skip_zero_advantage: bool = True,
 ) -> dict[str, float]:
     """Run the PPO epochs of one model and return its metrics.
 
@@ -73,6 +74,11 @@ def ppo_update(
         micro_batch_tokens: padded-token budget per forward/backward.
         ref_model: frozen reference for the KL penalty (needed when ``loss_cfg.kl_coef`` != 0).
         seed: seeds the mini-batch shuffle (numpy Generator; deterministic given the iteration).
+        skip_zero_advantage: with no KL and no entropy term, a sample whose advantage is exactly 0 contributes
+            exactly 0 to the loss and its gradient, so its forward/backward is skipped (it still counts in the
+            mini-batch denominator, and the optimizer still steps on zero gradients, so the update is identical).
+            Its tokens then do not enter the diagnostics (entropy, clip fractions). On a weak model where most
+            groups have equal rewards this saves most of the update time.
 
     Returns:
         ``grad_norm`` (mean pre-clip norm over steps) and ``grad_norm_max``, ``steps``, ``skipped_steps`` (non-finite
@@ -99,8 +105,10 @@ def ppo_update(
             for mb in np.array_split(order, mini_batches):
                 if len(mb) == 0:
                     continue
+                denom = _denominator([samples[i] for i in mb], loss_cfg.agg)  # over the whole mini-batch
+                if skip_zero_advantage and not loss_cfg.kl_coef and not loss_cfg.entropy_coef:
+                    mb = mb[np.asarray(advantages)[mb] != 0]
                 mb_samples = [samples[i] for i in mb]
-                denom = _denominator(mb_samples, loss_cfg.agg)
                 lengths = [len(s.prompt_ids) + len(s.response_ids) for s in mb_samples]
                 n_mb += 1
                 for micro in micro_batches(lengths, micro_batch_tokens):

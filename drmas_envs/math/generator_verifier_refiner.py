@@ -48,8 +48,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from drmas_envs.core import TaskSource, Turn
+from drmas_envs.core.factories import make_factories
 from drmas_envs.math import prompts as P
-from drmas_envs.math.team import VERDICTS, MathTeamEnv, make_factories, parse_verdict
+from drmas_envs.math.team import VERDICTS, MathTeamEnv, parse_verdict
 
 __all__ = ["raw_env", "env", "parallel_env"]
 

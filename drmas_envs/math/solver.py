@@ -41,8 +41,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from drmas_envs.core import TaskSource, Turn
+from drmas_envs.core.factories import make_factories
 from drmas_envs.math import prompts as P
-from drmas_envs.math.team import MathTeamEnv, make_factories
+from drmas_envs.math.team import MathTeamEnv
 
 __all__ = ["raw_env", "env", "parallel_env"]
 

@@ -6,10 +6,8 @@ The protocol of each env (who acts when) lives in its own module (``solver.py``,
 
 from __future__ import annotations
 
-import functools
-import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from drmas_envs.core import Outcome, TaskSource, TextAECEnv
@@ -17,7 +15,7 @@ from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
 from drmas_envs.math import prompts as P
 from drmas_envs.math.grading import MathGrader, extract_boxed
 
-__all__ = ["MathTeamEnv", "parse_verdict", "VERDICTS", "make_factories"]
+__all__ = ["MathTeamEnv", "parse_verdict", "VERDICTS"]
 
 VERDICTS = ("approve", "reject")
 _VERDICT_RE = re.compile(r"<verify>\s*(approve|reject)\s*</verify>", re.IGNORECASE)
@@ -107,28 +105,3 @@ class MathTeamEnv(TextAECEnv):
                 "ground_truth": self.task.answers[0],
             },
         )
-
-
-def make_factories(raw_env: type[TextAECEnv]) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """PettingZoo-style ``env`` (``raw_env`` in ``OrderEnforcingWrapper``) and ``parallel_env`` factories.
-
-    Both carry ``raw_env``'s signature, so the registry can name an unknown keyword argument.
-    ``parallel_env`` is ``pettingzoo.utils.conversions.turn_based_aec_to_parallel`` over ``env``.
-    """
-    from pettingzoo.utils import wrappers
-    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
-
-    signature = inspect.signature(raw_env)
-
-    @functools.wraps(raw_env, assigned=("__module__",), updated=())
-    def env(**kwargs: Any) -> Any:
-        return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
-
-    @functools.wraps(raw_env, assigned=("__module__",), updated=())
-    def parallel_env(**kwargs: Any) -> Any:
-        return turn_based_aec_to_parallel(env(**kwargs))
-
-    for factory, what in ((env, "wrapped in OrderEnforcingWrapper"), (parallel_env, "as a parallel env")):
-        factory.__signature__ = signature  # type: ignore[attr-defined]
-        factory.__doc__ = f"``{raw_env.__name__}(**kwargs)`` {what} (PettingZoo convention)."
-    return env, parallel_env

@@ -62,12 +62,13 @@ from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
+from drmas_envs.core.factories import make_factories
 from drmas_envs.search.corpus import Passage
 from drmas_envs.search.parsing import MAX_ACTION_CHARS, extract_tag, neutralize_tags, parse_verdict
 from drmas_envs.search.prompts import ORCHESTRATOR_PROMPTS
 from drmas_envs.search.qa_metrics import qa_scores
 from drmas_envs.search.retrievers import Retriever, format_passages
-from drmas_envs.search.sources import pettingzoo_factories, resolve_data, resolve_retriever
+from drmas_envs.search.sources import resolve_data, resolve_retriever
 
 __all__ = ["SearchOrchestratorEnv", "SearchRecord", "raw_env", "env", "parallel_env"]
 
@@ -192,4 +193,4 @@ class SearchOrchestratorEnv(TextAECEnv):
 
 
 raw_env = SearchOrchestratorEnv
-env, parallel_env = pettingzoo_factories(raw_env)
+env, parallel_env = make_factories(raw_env)

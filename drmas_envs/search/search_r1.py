@@ -46,13 +46,14 @@ from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
+from drmas_envs.core.factories import make_factories
 from drmas_envs.search.corpus import Passage
 from drmas_envs.search.orchestrator import MAX_QUERY_CHARS
 from drmas_envs.search.parsing import MAX_ACTION_CHARS, first_tag
 from drmas_envs.search.prompts import SEARCH_R1_PROMPTS
 from drmas_envs.search.qa_metrics import qa_scores
 from drmas_envs.search.retrievers import Retriever, format_passages
-from drmas_envs.search.sources import pettingzoo_factories, resolve_data, resolve_retriever
+from drmas_envs.search.sources import resolve_data, resolve_retriever
 
 __all__ = ["SearchR1Env", "raw_env", "env", "parallel_env"]
 
@@ -133,4 +134,4 @@ class SearchR1Env(TextAECEnv):
 
 
 raw_env = SearchR1Env
-env, parallel_env = pettingzoo_factories(raw_env)
+env, parallel_env = make_factories(raw_env)

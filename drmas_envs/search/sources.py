@@ -19,7 +19,7 @@ from drmas_envs.search.data import load_qa_file, load_qa_hf, read_rows
 from drmas_envs.search.retrievers import Retriever, make_retriever
 from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia
 
-__all__ = ["resolve_data", "resolve_retriever", "load_corpus", "pettingzoo_factories"]
+__all__ = ["resolve_data", "resolve_retriever", "load_corpus"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -150,25 +150,3 @@ def resolve_retriever(retriever: str | Retriever, passages: Sequence[Passage] | 
     if passages is None:
         raise ValueError(f"the {retriever!r} retriever needs a corpus: pass corpus=<wiki-18 .jsonl> or use retriever='http'")
     return make_retriever(retriever, passages, **kwargs)
-
-
-def pettingzoo_factories(raw_env: type) -> tuple[Any, Any]:
-    """PettingZoo-style ``env`` (``raw_env`` in ``OrderEnforcingWrapper``) and ``parallel_env``
-    (``turn_based_aec_to_parallel``) factories carrying ``raw_env``'s signature, so the registry can name an
-    unknown keyword argument. (Same convention as the math envs' factories.)"""
-    import inspect
-
-    from pettingzoo.utils import wrappers
-    from pettingzoo.utils.conversions import turn_based_aec_to_parallel
-
-    def env(**kwargs: Any) -> Any:
-        return wrappers.OrderEnforcingWrapper(raw_env(**kwargs))
-
-    def parallel_env(**kwargs: Any) -> Any:
-        return turn_based_aec_to_parallel(env(**kwargs))
-
-    for factory, what in ((env, "wrapped in OrderEnforcingWrapper"), (parallel_env, "as a parallel env")):
-        factory.__signature__ = inspect.signature(raw_env)  # type: ignore[attr-defined]
-        factory.__doc__ = f"``{raw_env.__name__}(**kwargs)`` {what} (PettingZoo convention)."
-        factory.__module__ = raw_env.__module__
-    return env, parallel_env

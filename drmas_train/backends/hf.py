@@ -224,10 +224,12 @@ class HFBackend:
                 logprobs[b].append(lp_list[b])
                 if token_list[b] in self.eos_token_ids:
                     reasons[b] = "stop"
-                elif max_stop and find_stop(
-                    self.tokenizer.decode(responses[b][-(4 * max_stop + 4) :]), sampling.stop
-                ):
-                    reasons[b] = "stop"
+                elif max_stop:
+                    # a stop string of L characters spans at most 4L byte-level tokens; decode only that tail,
+                    # exactly as the final text is decoded (special tokens skipped)
+                    tail = self.tokenizer.decode(responses[b][-(4 * max_stop + 4) :], skip_special_tokens=True)
+                    if find_stop(tail, sampling.stop):
+                        reasons[b] = "stop"
             if all(r is not None for r in reasons) or step == sampling.max_new_tokens - 1:
                 break
             feed = torch.as_tensor(
