@@ -203,6 +203,8 @@ class RunConfig:
     """write TensorBoard event files."""
     plot: bool = True
     """write reward / grad-norm PNG at the end."""
+    save_samples: bool = False
+    """write each iteration's samples (prompts, responses, rewards) to ``samples/iter_NNNNNN.jsonl``."""
 
 
 @dataclass

@@ -137,7 +137,8 @@ def policy_loss(
         ``clipfrac_upper`` (share of tokens whose ratio was clipped at 1 + clip_high, A > 0),
         ``clipfrac_lower`` (clipped at 1 - clip_low, A < 0), ``dual_clipfrac`` (A < 0 and the dual clip bound
         applied), ``approx_kl`` (k3 of pi_old vs pi_theta, a drift measure), ``ratio_mean``, and ``entropy`` /
-        ``kl`` when available. Metrics are token means over this batch.
+        ``kl`` when available. ``pg_loss`` is the aggregated loss (with ``denom``); the others are token means
+        over this batch.
 
     Raises:
         ValueError: shape mismatch, or a KL/entropy weight set without the tensor it needs.
@@ -182,12 +183,11 @@ def policy_loss(
             raise ValueError("kl_coef != 0 needs ref_logprobs (log-probs of the frozen reference model)")
         kl = aggregate(kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator), m, cfg.agg, denom=denom)
         loss = loss + cfg.kl_coef * kl
-        metrics["kl"] = kl.item()
+        metrics["kl"] = _masked_mean(kl_penalty(logprobs.detach(), ref_logprobs, cfg.kl_estimator), m)
     if entropy is not None:
-        ent = aggregate(entropy, m, cfg.agg, denom=denom)
-        metrics["entropy"] = ent.item()
+        metrics["entropy"] = _masked_mean(entropy.detach(), m)
         if cfg.entropy_coef:
-            loss = loss - cfg.entropy_coef * ent
+            loss = loss - cfg.entropy_coef * aggregate(entropy, m, cfg.agg, denom=denom)
     elif cfg.entropy_coef:
         raise ValueError("entropy_coef != 0 needs the token entropies (forward_logprobs(..., with_entropy=True))")
     return loss, metrics

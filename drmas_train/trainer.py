@@ -212,7 +212,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
 
     from drmas_train.backends.base import SamplingParams
     from drmas_train.metrics_log import batch_metrics, plot_run
-    from drmas_train.rollout import rollout
+    from drmas_train.rollout import rollout, save_samples
 
     t_start = time.perf_counter()
     run = build_run(cfg, resume=resume, loader=loader)
@@ -226,6 +226,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
         sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
         result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
                          max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
+        if cfg.run.save_samples:
+            save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
         t1 = time.perf_counter()
         adv = compute_advantages(cfg, result.samples)  # (B,)
         metrics = batch_metrics(result.samples, adv)

@@ -26,7 +26,7 @@ __all__ = ["ppo_update", "pad_right"]
 
 #: loss metrics aggregated with the mini-batch denominator (summed over micro-batches, then averaged over
 #: mini-batches); the others are per-micro-batch token means (token-weighted).
-_ADDITIVE = frozenset({"pg_loss", "kl", "entropy"})
+_ADDITIVE = frozenset({"pg_loss"})
 
 
 def pad_right(rows: Sequence[Sequence[float]], length: int, value: float = 0.0) -> torch.Tensor:

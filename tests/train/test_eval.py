@@ -152,3 +152,20 @@ def test_llm_eval_with_per_agent_models(tmp_path):
         assert all(0 < r["tokens_out"][a] <= 6 * r["calls"][a] for a in r["calls"] if r["calls"][a])
     o = _overall(run)
     assert o["agents"]["solver"]["tokens_out"] > 0 and run.summary["label"] == "tiny-qwen3, verifier=tiny-b"
+
+
+def test_make_example_leaderboard_script(tmp_path, monkeypatch):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "make_example_leaderboard.py"
+    out = tmp_path / "example"
+    monkeypatch.setattr(sys, "argv", [str(script), "--out", str(out), "--limit", "1", "--k", "1"])
+    monkeypatch.chdir(tmp_path)  # the script chdirs into --out; monkeypatch restores the cwd
+    runpy.run_path(str(script), run_name="__main__")
+    md = (out / "leaderboard.md").read_text()
+    assert "| 1 | oracle | `math-solver-verifier-v0` | 100.0 | 100.0 |" in md
+    assert "| 3 | no-search | `search-r1-v0` | 0.0 | 0.0 |" in md
+    assert sorted(p.name for p in (out / "results").iterdir()) == ["no-search", "oracle", "random"]
+    assert "/work/" not in (out / "leaderboard.html").read_text()  # run dirs are named relative to the page

@@ -31,7 +31,7 @@ def test_learning_raises_reward(tmp_path, estimator):
 def test_short_run_writes_namespaced_metrics_tensorboard_plot(tmp_path):
     run_dir = tmp_path / "run"
     cfg = tiny_config(run_dir, "run.iterations=2", "run.tensorboard=true", "run.plot=true", "eval.every=2", "eval.k=2",
-                      "eval.size=3")  # fmt: skip
+                      "eval.size=3", "run.save_samples=true")  # fmt: skip
     summary = train(cfg, loader=tiny_loader)
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2]
@@ -45,6 +45,10 @@ def test_short_run_writes_namespaced_metrics_tensorboard_plot(tmp_path):
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert summary["plot"] and (run_dir / "training_curves.png").stat().st_size > 1000
     assert json.loads((run_dir / "summary.json").read_text())["iterations"] == 2
+    from drmas_train.rollout import load_samples
+
+    saved = load_samples(run_dir / "samples" / "iter_000002.jsonl")
+    assert len(saved) == 2 * 8 * 2 and {s.agent_id for s in saved} == {"a", "b"}  # N x G x 2 agents
 
 
 def test_env_agent_without_model_fails_before_any_model_loads(tmp_path):

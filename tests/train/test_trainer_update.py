@@ -84,3 +84,26 @@ def test_optimizer_errors():
     model = tiny_loader(ModelSpec("tiny"), "m").model.requires_grad_(False)
     with pytest.raises(ValueError, match="model 'm' has no trainable parameters"):
         build_optimizer("m", model)
+
+
+def test_skipping_zero_advantage_samples_is_exact():
+    base = tiny_loader(ModelSpec("tiny"), "m").model
+    samples = _samples(base, n=6, seed=1)
+    adv = np.array([0.0, 1.5, 0.0, -0.7, 0.0, 0.0])
+    weights, metrics = [], []
+    for skip in (False, True):
+        model = copy.deepcopy(base)
+        opt = build_optimizer("m", model, lr=1e-2, weight_decay=0.01)
+        for _ in range(2):  # two iterations so that AdamW moments and weight decay matter
+            m = ppo_update(model, opt, samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0,
+                           micro_batch_tokens=12, skip_zero_advantage=skip)  # fmt: skip
+        metrics.append(m)
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    torch.testing.assert_close(weights[0], weights[1], atol=1e-7, rtol=1e-6)
+    assert metrics[0]["pg_loss"] == pytest.approx(metrics[1]["pg_loss"], abs=1e-7)
+    assert metrics[0]["grad_norm"] == pytest.approx(metrics[1]["grad_norm"], rel=1e-5)
+    # all advantages zero: nothing to compute, the step still happens on zero gradients (decay, moments)
+    model = copy.deepcopy(base)
+    opt = build_optimizer("m", model, lr=1e-2)
+    m = ppo_update(model, opt, samples, np.zeros(6), loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0)
+    assert m["grad_norm"] == 0.0 and m["steps"] == 1.0 and "pg_loss" not in m
