@@ -169,7 +169,7 @@ def rollout(
         for g in range(group_size):
             env = env_fn()
             if not slots:
-                pool.validate(env.possible_agents, type(env).__name__)
+                pool.validate(env.possible_agents, _env_name(env))
             env.reset(seed=seeds.getrandbits(31), options=options)
             slot = _Slot(env, uids[i], f"{uids[i]}/{g}", [], defaultdict(int))
             _advance(slot)
@@ -213,7 +213,7 @@ def rollout(
                 t_env = time.perf_counter()
                 for (slot, agent, obs), gen in zip(calls, gens, strict=True):
                     env = slot.env
-                    turn = env.num_turns
+                    turn = len(slot.pending)  # calls so far in this episode, all agents
                     env.step(gen.text)
                     info = env.infos.get(agent, {})
                     slot.pending.append(
@@ -245,6 +245,12 @@ def rollout(
     return RolloutResult(samples, trajectories, timing)
 
 
+def _env_name(env: Any) -> str:
+    """The env's ``metadata["name"]`` (PettingZoo convention), else its class name."""
+    raw = getattr(env, "unwrapped", env)
+    return str(getattr(raw, "metadata", {}).get("name") or type(raw).__name__)
+
+
 def _episode_over(env: Any) -> bool:
     """True once every agent still listed is terminated or truncated (the base ends all agents together)."""
     return all(env.terminations.get(a) or env.truncations.get(a) for a in env.agents)
@@ -261,10 +267,11 @@ def _final_info(env: Any) -> dict[str, Any]:
 def _finish(slot: _Slot, samples: list[Sample], trajectories: list[TrajectoryRecord], start: float) -> None:
     """Turn the episode's pending calls into Samples (reward = score - penalty) and record the trajectory."""
     env = slot.env
+    raw = getattr(env, "unwrapped", env)
     final = _final_info(env)
     score = float(final.get("score", 0.0))
     won = bool(final.get("won", False))
-    task = env.task
+    task = raw.task
     calls: dict[str, int] = defaultdict(int)
     invalid: dict[str, int] = defaultdict(int)
     for call in slot.pending:
@@ -306,8 +313,8 @@ def _finish(slot: _Slot, samples: list[Sample], trajectories: list[TrajectoryRec
             data_source=task.data_source,
             won=won,
             score=score,
-            episode_returns={a: float(r) for a, r in getattr(env, "episode_returns", {}).items()},
-            num_turns=int(getattr(env, "num_turns", len(slot.pending))),
+            episode_returns={a: float(r) for a, r in getattr(raw, "episode_returns", {}).items()},
+            num_turns=int(getattr(raw, "num_turns", len(slot.pending))),
             calls=dict(calls),
             invalid_calls={a: invalid.get(a, 0) for a in calls},
             truncated=any(env.truncations.get(a) for a in env.agents),

@@ -102,6 +102,18 @@ def test_render_chat_passes_enable_thinking_to_qwen3_template():
         render_chat(tok, [{"role": "user"}])
 
 
+def test_model_spec_chat_template_kwargs_reach_the_backend():
+    import dataclasses
+
+    from drmas_train.models import ModelSpec
+
+    loaded = dataclasses.replace(
+        tiny("tiny-qwen3"), spec=ModelSpec("tiny-qwen3", chat_template_kwargs={"enable_thinking": False})
+    )
+    backend = HFBackend.from_loaded(loaded)
+    assert loaded.tokenizer.decode(backend.encode_prompts(PROMPTS[:1])[0]).endswith("<think>\n\n</think>\n\n")
+
+
 def test_tiny_llama_has_its_own_template_and_vocabulary():
     tok = tiny("tiny-llama").tokenizer
     text = tok.decode(render_chat(tok, PROMPTS[0]))

@@ -47,7 +47,7 @@ def test_smollm2_generation_logprobs_match_a_forward_pass(smollm2):
             {"role": "user", "content": "Compute 12 * 3."},
         ],
     ]
-    sampling = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=16, n=2, seed=0)
+    sampling = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=10, n=2, seed=0)
     gens = backend.generate(prompts, sampling)
     with torch.no_grad():
         lp, mask, _ = forward_logprobs(

@@ -198,7 +198,7 @@ def test_single_agent_env_and_env_id_string():
 
 def test_rollout_validates_its_inputs():
     pool = _pool({"m": ScriptedBackend()}, {"a": "m"})
-    with pytest.raises(AssignmentError, match=r"agent\(s\) \['b'\] of EchoEnv have no model"):
+    with pytest.raises(AssignmentError, match=r"agent\(s\) \['b'\] of echo have no model"):
         rollout(EchoEnv, [0], 1, pool, SAMPLING, seed=0, progress=False)
     full = _pool({"m": ScriptedBackend()}, {"*": "m"})
     with pytest.raises(ValueError, match=r"group_size must be an int >= 1, got 0"):
