@@ -252,7 +252,7 @@ def to_markdown(tables: dict[str, Table], title: str = "drmas leaderboard") -> s
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#222}
-table{border-collapse:collapse;margin:0 0 2rem}th,td{padding:.35rem .7rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:0 0 2rem}th,td{padding:.35rem .7rem;border-bottom:1px solid #ddd;white-space:nowrap}
 th{background:#f4f4f4;cursor:pointer;user-select:none;text-align:left}td.num{text-align:right;
 font-variant-numeric:tabular-nums}th[aria-sort=ascending]::after{content:" \\25B2"}
 th[aria-sort=descending]::after{content:" \\25BC"}.se{color:#888;font-size:.85em}caption{text-align:left;

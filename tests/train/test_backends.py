@@ -281,3 +281,15 @@ def test_forward_logprobs_empty_responses_and_bad_temperature():
     assert lp.shape == mask.shape == ent.shape == (1, 0)
     with pytest.raises(ValueError, match=r"temperature must be >= 0"):
         forward_logprobs(model, [[3]], [[4]], pad_token_id=0, temperature=-1)
+
+
+def test_vllm_backend_explains_how_to_get_vllm_when_missing():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here; its smoke test is scripts/vllm_cpu_smoke.sh")
+    from drmas_train.backends.vllm import VLLMBackend
+
+    loaded = tiny("tiny-llama")
+    with pytest.raises(ImportError, match=r"the vllm backend needs vLLM: .*scripts/vllm_cpu_smoke.sh"):
+        VLLMBackend("/nonexistent", loaded.tokenizer)

@@ -84,3 +84,19 @@ def test_cli_bad_config_exits_2_before_loading(capsys, monkeypatch):
     assert "Did you mean 'grpo'?" in capsys.readouterr().err
     assert train_main(["--print-config", "rollout.group_size=5"]) == 0
     assert "group_size: 5" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("preset", ["drmas_math_qwen3_4b_nonsharing", "drmas_search_qwen25_3b_hetero"])
+def test_presets_match_their_env_agents(tmp_path, preset):
+    from drmas_train.trainer import build_run
+
+    loaded = []
+
+    def loader(spec, model_id):  # stop at the first model load: everything before it is validated
+        loaded.append(model_id)
+        raise KeyboardInterrupt
+
+    cfg = load_config(preset, [f"run.dir={tmp_path}", "run.tensorboard=false"])
+    with pytest.raises(KeyboardInterrupt):
+        build_run(cfg, loader=loader)
+    assert loaded == [cfg.agents[next(iter(cfg.agents))]]

@@ -14,7 +14,6 @@ from drmas_train.metrics_log import read_metrics
 from drmas_train.trainer import train
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["grpo", "drmas"])
 def test_learning_raises_reward(tmp_path, estimator):
     run_dir = tmp_path / estimator
