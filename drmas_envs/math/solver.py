@@ -38,9 +38,7 @@ The episode **terminates** after the one call; it is never truncated. Final info
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from drmas_envs.core import TaskSource, Turn
+from drmas_envs.core import Turn
 from drmas_envs.core.factories import make_factories
 from drmas_envs.math import prompts as P
 from drmas_envs.math.team import MathTeamEnv
@@ -54,29 +52,6 @@ class raw_env(MathTeamEnv):  # noqa: N801 - PettingZoo naming convention
     possible_agents = ["solver"]
     metadata = {**MathTeamEnv.metadata, "name": "math_solver_v0"}
     DEFAULT_PROMPTS = {"env": P.ENV_PROMPT, "solver": P.SOLVER_PROMPT}
-
-    def __init__(
-        self,
-        data: str | TaskSource | None = None,
-        *,
-        size: int = 1000,
-        data_seed: int = 0,
-        format_penalty: float = 0.1,
-        max_quote_chars: int = 4000,
-        prompts: Mapping[str, str] | None = None,
-        grade_timeout_s: float = 1.0,
-        render_mode: str | None = None,
-    ) -> None:
-        super().__init__(
-            data,
-            size=size,
-            data_seed=data_seed,
-            format_penalty=format_penalty,
-            max_quote_chars=max_quote_chars,
-            prompts=prompts,
-            grade_timeout_s=grade_timeout_s,
-            render_mode=render_mode,
-        )
 
     def _start_episode(self) -> str:
         self._solution = None

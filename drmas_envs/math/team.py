@@ -10,12 +10,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from drmas_envs.core import Outcome, TaskSource, TextAECEnv
+from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
 from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
 from drmas_envs.math import prompts as P
 from drmas_envs.math.grading import MathGrader, extract_boxed
 
-__all__ = ["MathTeamEnv", "parse_verdict", "VERDICTS"]
+__all__ = ["MathTeamEnv", "VerifiedTeamEnv", "parse_verdict", "VERDICTS"]
 
 VERDICTS = ("approve", "reject")
 _VERDICT_RE = re.compile(r"<verify>\s*(approve|reject)\s*</verify>", re.IGNORECASE)
@@ -105,3 +105,86 @@ class MathTeamEnv(TextAECEnv):
                 "ground_truth": self.task.answers[0],
             },
         )
+
+
+class VerifiedTeamEnv(MathTeamEnv):
+    """A propose → verify loop: a proposer writes a solution; unless it is the last loop, the ``"verifier"``
+    approves (the episode ends) or rejects (the next proposer tries again); at most ``max_loops`` proposals.
+
+    Subclasses set ``possible_agents``, ``DEFAULT_PROMPTS``, ``FIRST_PROPOSER`` (who proposes in loop 1) and
+    ``NEXT_PROPOSER`` (who proposes after a rejection).
+
+    Args:
+        max_loops: most proposals per episode (>= 1); the last one is graded without review.
+        missing_verdict: what a verifier reply without a ``<verify>`` tag counts as (the call is invalid either way).
+        others: as :class:`MathTeamEnv`.
+
+    Raises:
+        ValueError: ``max_loops`` < 1 or ``missing_verdict`` not in ``("approve", "reject")``, plus
+            :class:`MathTeamEnv`'s errors.
+    """
+
+    FIRST_PROPOSER: str = "solver"
+    NEXT_PROPOSER: str = "solver"
+
+    def __init__(
+        self,
+        data: str | TaskSource | None = None,
+        *,
+        max_loops: int = 2,
+        missing_verdict: str = "approve",
+        size: int = 1000,
+        data_seed: int = 0,
+        format_penalty: float = 0.1,
+        max_quote_chars: int = 4000,
+        prompts: Mapping[str, str] | None = None,
+        grade_timeout_s: float = 1.0,
+        render_mode: str | None = None,
+    ) -> None:
+        if isinstance(max_loops, bool) or not isinstance(max_loops, int) or max_loops < 1:
+            raise ValueError(f"max_loops must be an int >= 1, got {max_loops!r}")
+        if missing_verdict not in VERDICTS:
+            raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {missing_verdict!r}")
+        self.max_loops = max_loops
+        self.missing_verdict = missing_verdict
+        super().__init__(
+            data,
+            size=size,
+            data_seed=data_seed,
+            format_penalty=format_penalty,
+            max_quote_chars=max_quote_chars,
+            prompts=prompts,
+            grade_timeout_s=grade_timeout_s,
+            render_mode=render_mode,
+        )
+
+    def _start_episode(self) -> str:
+        self.loop = 1
+        self.verdicts: list[str] = []
+        self._solution = None
+        return self.FIRST_PROPOSER
+
+    def _proposer(self) -> str:
+        return self.FIRST_PROPOSER if self.loop == 1 else self.NEXT_PROPOSER
+
+    def _prompt(self, agent: str) -> tuple[str, str]:
+        return self._role_prompt(agent, reviewed=P.ROLE_NAMES[self._proposer()])
+
+    def _act(self, agent: str, text: str) -> Turn:
+        if agent != "verifier":
+            valid, info = self._propose(text)
+            info["loop"] = self.loop
+            return Turn(valid, None if self.loop == self.max_loops else "verifier", info=info)
+        verdict = parse_verdict(text)
+        decided = verdict or self.missing_verdict
+        self.verdicts.append(decided)
+        info = {"verdict": decided, "verdict_found": verdict is not None, "loop": self.loop}
+        if decided == "approve":
+            return Turn(verdict is not None, None, info=info)
+        self.loop += 1
+        return Turn(verdict is not None, self.NEXT_PROPOSER, info=info)
+
+    def _episode_outcome(self) -> Outcome:
+        outcome = super()._episode_outcome()
+        outcome.info.update(loops=self.loop, verdicts=list(self.verdicts))
+        return outcome
