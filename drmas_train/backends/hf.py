@@ -211,11 +211,15 @@ class HFBackend:
                 tokens = scaled.argmax(-1)  # (B,)
             else:
                 if sampling.top_k != -1 or sampling.top_p < 1.0:
-                    tokens = sample_categorical(filter_logits(scaled, sampling.top_k, sampling.top_p), generator)
+                    tokens = sample_categorical(
+                        filter_logits(scaled, sampling.top_k, sampling.top_p), generator
+                    )
                 else:
                     tokens = sample_categorical(scaled, generator)  # (B,)
             # the same formula as drmas_train.logprobs.forward_logprobs: logit - logsumexp (unfiltered)
-            token_lp = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)  # (B,)
+            token_lp = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
+                scaled, dim=-1
+            )  # (B,)
             token_list, lp_list = tokens.tolist(), token_lp.tolist()
             for b in range(batch):
                 if reasons[b] is not None:
@@ -227,7 +231,9 @@ class HFBackend:
                 elif max_stop:
                     # a stop string of L characters spans at most 4L byte-level tokens; decode only that tail,
                     # exactly as the final text is decoded (special tokens skipped)
-                    tail = self.tokenizer.decode(responses[b][-(4 * max_stop + 4) :], skip_special_tokens=True)
+                    tail = self.tokenizer.decode(
+                        responses[b][-(4 * max_stop + 4) :], skip_special_tokens=True
+                    )
                     if find_stop(tail, sampling.stop):
                         reasons[b] = "stop"
             if all(r is not None for r in reasons) or step == sampling.max_new_tokens - 1:
