@@ -64,7 +64,9 @@ class EvalConfig:
         agent_models: per-agent overrides ``{agent_id: model}`` (``llm``); a model is a name/path or a dict of
             :class:`~drmas_train.models.ModelSpec` fields (e.g. ``{"name_or_path": "tiny-qwen3", "seed": 1,
             "model_id": "tiny-b"}`` for a second, separate copy).
-        backend: LLM backend kind for :func:`~drmas_train.assignment.build_models` (``"hf"`` or ``"vllm"``).
+        backend: LLM backend: ``"hf"`` or ``"vllm"`` (local models, :func:`~drmas_train.assignment.build_models`)
+            or ``"openai"`` (an OpenAI-compatible server at ``base_url``; model names are the server's).
+        base_url: the server's base URL (``"openai"`` only), e.g. ``"http://127.0.0.1:8000/v1"``.
         temperature, top_p, top_k, max_new_tokens: sampling (reference validation: 0.6, 0.95, off).
         max_prompt_tokens, truncation: prompt limit and how to cut (``"left"``, ``"middle"``, ``"error"``).
         seed: base seed (see the module docstring).
@@ -82,6 +84,7 @@ class EvalConfig:
     model: str | None = None
     agent_models: dict[str, Any] = dataclasses.field(default_factory=dict)
     backend: str = "hf"
+    base_url: str | None = None
     temperature: float = 0.6
     top_p: float = 0.95
     top_k: int = -1
@@ -111,8 +114,12 @@ class EvalConfig:
             raise ValueError(f"unknown policy {self.policy!r}; accepted: {[*SCRIPTED, 'llm']}")
         if self.policy == "llm" and not self.model and not self.agent_models:
             raise ValueError("policy 'llm' needs a model: give model (every agent) and/or agent_models")
-        if self.backend not in ("hf", "vllm"):
-            raise ValueError(f"unknown backend {self.backend!r}; accepted: 'hf', 'vllm'")
+        if self.backend not in ("hf", "vllm", "openai"):
+            raise ValueError(f"unknown backend {self.backend!r}; accepted: 'hf', 'vllm', 'openai'")
+        if (self.backend == "openai") != (self.base_url is not None):
+            raise ValueError("base_url goes with backend 'openai' and only with it (the server's URL, e.g. http://127.0.0.1:8000/v1)")
+        if self.backend == "openai" and self.max_prompt_tokens is not None:
+            raise ValueError("max_prompt_tokens cannot be used with backend 'openai': the server applies the chat template")
         if self.policy != "llm" and (self.model or self.agent_models):
             raise ValueError(f"policy {self.policy!r} is scripted; model/agent_models apply only to policy 'llm'")
 

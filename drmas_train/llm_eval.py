@@ -26,6 +26,27 @@ def agent_model_mapping(config: Any) -> dict[str, Any]:
     return mapping
 
 
+def openai_pool(mapping: dict[str, Any], env_agents: list[str], base_url: str) -> Any:
+    """A :class:`~drmas_train.assignment.ModelPool` of OpenAI-compatible clients, one per distinct model name.
+
+    Nothing is loaded locally: each model name is the server's. Token ids are those the server returns (else empty).
+
+    Raises:
+        AssignmentError: an agent without a model, or a model for an agent the env lacks.
+        ValueError: a model given as a dict of ModelSpec fields (only names make sense for a server).
+    """
+    from drmas_train.assignment import ModelPool, check_agents
+    from drmas_train.backends.openai import OpenAIBackend
+
+    if any(not isinstance(m, str) for m in mapping.values()):
+        raise ValueError("backend 'openai' takes model names (the server's), not ModelSpec dicts")
+    check_agents(mapping, env_agents)
+    names = {a: mapping.get(a, mapping.get("*")) for a in env_agents}
+    return ModelPool(
+        models={}, backends={m: OpenAIBackend(base_url, m) for m in sorted(set(names.values()))}, agent_model_ids=names
+    )
+
+
 def _rows_of_batch(result: Any, envs: list[Any], *, run_id: str, env_id: str, seed: int, config: Any,
                    agent_model_ids: dict[str, str]) -> list[dict[str, Any]]:
     from drmas_train.evaluate import _qa_fields
@@ -117,7 +138,11 @@ def run_llm(config: Any, run_id: str, progress: bool) -> list[dict[str, Any]]:
         for env_id, s_idx, tasks, n_tasks, agents in plan:
             key = tuple(agents)
             if key not in pools:
-                pools[key] = build_models(mapping, env_agents=agents, backend=config.backend)
+                pools[key] = (
+                    openai_pool(mapping, agents, config.base_url)
+                    if config.backend == "openai"
+                    else build_models(mapping, env_agents=agents, backend=config.backend)
+                )
             pool = pools[key]
 
             def env_fn(env_id=env_id, tasks=tasks):

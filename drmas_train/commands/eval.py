@@ -46,7 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="model for every agent (policy llm): a name, path or HF id")
     p.add_argument("--agent-model", action="append", default=[], type=_key_value, metavar="AGENT=MODEL",
                    help="per-agent model (policy llm); repeat")
-    p.add_argument("--backend", default="hf", choices=["hf", "vllm"], help="LLM backend (policy llm)")
+    p.add_argument(
+        "--backend", default="hf", choices=["hf", "vllm", "openai"],
+        help="LLM backend (policy llm): local hf/vllm, or openai = an OpenAI-compatible server at --base-url",
+    )
+    p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--top-p", type=float, default=0.95)
     p.add_argument("--top-k", type=int, default=-1, help="-1 = off")
@@ -85,6 +89,7 @@ def config_from_args(args: argparse.Namespace):
         model=args.model,
         agent_models=dict(args.agent_model),
         backend=args.backend,
+        base_url=args.base_url,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,

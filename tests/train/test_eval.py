@@ -169,3 +169,35 @@ def test_make_example_leaderboard_script(tmp_path, monkeypatch):
     assert "| 3 | no-search | `search-r1-v0` | 0.0 | 0.0 |" in md
     assert sorted(p.name for p in (out / "results").iterdir()) == ["no-search", "oracle", "random"]
     assert "/work/" not in (out / "leaderboard.html").read_text()  # run dirs are named relative to the page
+
+
+def test_openai_backend_config_errors():
+    with pytest.raises(ValueError, match="base_url goes with backend 'openai' and only with it"):
+        EvalConfig(envs=[MATH], policy="llm", model="m", backend="openai")
+    with pytest.raises(ValueError, match="base_url goes with backend 'openai' and only with it"):
+        EvalConfig(envs=[MATH], policy="llm", model="m", base_url="http://127.0.0.1:1/v1")
+    with pytest.raises(ValueError, match="max_prompt_tokens cannot be used with backend 'openai'"):
+        EvalConfig(envs=[MATH], policy="llm", model="m", backend="openai", base_url="http://x/v1", max_prompt_tokens=64)
+
+
+@pytest.mark.slow
+def test_cli_eval_through_an_openai_compatible_server(tmp_path):
+    """`drmas eval --backend openai` plays every agent through a real server on 127.0.0.1 (started here)."""
+    pytest.importorskip("uvicorn")
+    import torch
+    from backend_fakes import tiny
+    from test_backends_openai import _Server
+
+    from drmas_train.backends.hf import HFBackend
+    from drmas_train.backends.openai_server import create_app
+
+    torch.set_num_threads(1)
+    with _Server(create_app(HFBackend.from_loaded(tiny("tiny-llama")), "tiny-llama")) as url:
+        argv = ["--env", MATH, "--policy", "llm", "--model", "tiny-llama", "--backend", "openai", "--base-url", url,
+                "--limit", "2", "--k", "2", "--max-new-tokens", "6", "--transcripts", "--no-progress"]
+        assert eval_cmd.main([*argv, "--out", str(tmp_path / "served")]) == 0
+    rows = load_run(tmp_path / "served").episodes
+    assert len(rows) == 4 and sorted(r["task_id"] for r in rows)[0] == sorted(r["task_id"] for r in rows)[1]
+    for r in rows:
+        assert r["agent_models"] == {"solver": "tiny-llama", "verifier": "tiny-llama"}
+        assert sum(r["calls"].values()) == len(r["transcript"]) == r["num_turns"] >= 2
