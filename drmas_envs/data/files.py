@@ -32,13 +32,20 @@ def data_source_from_path(path: Path) -> str:
     return _SPLIT_SUFFIX.sub("", stem) or stem
 
 
-def read_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """Yield ``(location, row)`` pairs, location like ``"data.jsonl:12"``; blank JSONL lines are skipped.
+def read_rows(path: str | Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Yield ``(location, row)`` pairs from a ``.jsonl``, ``.json`` or ``.parquet`` file.
+
+    ``location`` names the file and line (``"data.jsonl:12"``) or row. Blank JSONL lines are skipped; a ``.json``
+    file holds either one JSON object per line or one JSON array of objects.
 
     Raises:
-        DataFormatError: a line that is not a JSON object, or an unsupported suffix.
+        FileNotFoundError: no such file.
+        DataFormatError: a line or element that is not a JSON object, or an unsupported suffix.
         ImportError: Parquet without pyarrow.
     """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {path} not found")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -49,6 +56,12 @@ def read_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
         raise DataFormatError(
             f"{path}: unsupported file type {path.suffix!r}; accepted: {', '.join(FILE_SUFFIXES)}"
         )
+    if path.suffix == ".json" and path.read_text(encoding="utf-8").lstrip().startswith("["):
+        for i, row in enumerate(json.loads(path.read_text(encoding="utf-8")), start=1):
+            if not isinstance(row, dict):
+                raise DataFormatError(f"{path}:item {i}: expected a JSON object, got {type(row).__name__}")
+            yield f"{path}:item {i}", row
+        return
     with path.open(encoding="utf-8") as handle:
         for i, line in enumerate(handle, start=1):
             if not line.strip():

@@ -16,56 +16,19 @@ found in the file name, else ``"qa"``. Answers become a tuple of golden answers.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import ListTaskSource, Task
+from drmas_envs.data.files import read_rows
 
-__all__ = ["SEARCH_R1_SOURCES", "read_rows", "row_to_task", "load_qa_file", "load_qa_hf", "infer_data_source"]
+__all__ = ["SEARCH_R1_SOURCES", "row_to_task", "load_qa_file", "load_qa_hf", "infer_data_source"]
 
 #: Search-R1's data_source tags, in its table order.
 SEARCH_R1_SOURCES = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
-
-
-def read_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line_or_row_number, row)`` from a ``.jsonl``, ``.json`` (a list of objects) or ``.parquet`` file.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: an unsupported extension or a line that is not a JSON object (names the file and line).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"QA file {path} not found")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
-            yield i, row
-    elif suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, list):
-            raise ValueError(f"{path}: a .json QA file must hold a list of objects, got {type(data).__name__}")
-        yield from enumerate(data, 1)
-    elif suffix == ".jsonl":
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-                yield lineno, row
-    else:
-        raise ValueError(f"{path}: unsupported QA file type {suffix!r}; accepted: .jsonl, .json, .parquet")
 
 
 def infer_data_source(name: str | os.PathLike[str]) -> str | None:
@@ -128,13 +91,13 @@ def load_qa_file(path: str | Path, *, data_source: str | None = None, limit: int
     """All rows of a local QA file as tasks (see the module doc for schemas and ``data_source``).
 
     Raises:
-        FileNotFoundError / ValueError: see :func:`read_rows` and :func:`row_to_task`.
+        FileNotFoundError / ValueError: see :func:`drmas_envs.data.read_rows` and :func:`row_to_task`.
     """
     path = Path(path)
     source = data_source or infer_data_source(path)
     tasks = []
-    for lineno, row in read_rows(path):
-        tasks.append(row_to_task(row, index=len(tasks), data_source=source, where=f"{path}:{lineno}"))
+    for where, row in read_rows(path):
+        tasks.append(row_to_task(row, index=len(tasks), data_source=source, where=where))
         if limit is not None and len(tasks) >= limit:
             break
     return ListTaskSource(tasks, name=source or path.stem)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import TaskSource
+from drmas_envs.data.files import read_rows
 from drmas_envs.search.corpus import Passage, hotpotqa_corpus, load_corpus_jsonl
-from drmas_envs.search.data import load_qa_file, load_qa_hf, read_rows
+from drmas_envs.search.data import load_qa_file, load_qa_hf
 from drmas_envs.search.retrievers import Retriever, make_retriever
 from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia
 

@@ -226,3 +226,19 @@ def test_custom_format_plugs_into_the_loaders(tmp_path):
         assert load_tasks(path, format="gsm8k")[0].answer == "1"
     finally:
         del _FORMATS["unit_hinted"]
+
+
+def test_read_rows_json_array_and_jsonl_locations(tmp_path):
+    from drmas_envs.data import read_rows
+
+    array = tmp_path / "qa.json"
+    array.write_text(json.dumps([{"q": 1}, {"q": 2}]))
+    assert [(w.rsplit(":", 1)[1], r) for w, r in read_rows(array)] == [("item 1", {"q": 1}), ("item 2", {"q": 2})]
+    lines = tmp_path / "qa.jsonl"
+    lines.write_text('{"q": 1}\n\n{"q": 2}\n')
+    assert [w.rsplit(":", 1)[1] for w, _ in read_rows(lines)] == ["1", "3"]
+    array.write_text(json.dumps([{"q": 1}, 7]))
+    with pytest.raises(ValueError, match=r"qa\.json:item 2: expected a JSON object, got int"):
+        list(read_rows(array))
+    with pytest.raises(FileNotFoundError, match=r"data file .*missing\.jsonl not found"):
+        list(read_rows(tmp_path / "missing.jsonl"))

@@ -108,7 +108,7 @@ def test_malformed_qa_rows(tmp_path):
         load_qa_file(path)
     with pytest.raises(ValueError, match="field 'answer' must be a str or a non-empty list of str"):
         row_to_task({"question": "q", "answer": []}, index=0)
-    with pytest.raises(ValueError, match="unsupported QA file type '.csv'"):
+    with pytest.raises(ValueError, match=r"x\.csv: unsupported file type '\.csv'; accepted: \.jsonl, \.json, \.parquet"):
         (tmp_path / "x.csv").write_text("a")
         load_qa_file(tmp_path / "x.csv")
 
