@@ -68,7 +68,7 @@ from drmas_envs.search.parsing import MAX_ACTION_CHARS, extract_tag, neutralize_
 from drmas_envs.search.prompts import ORCHESTRATOR_PROMPTS
 from drmas_envs.search.qa_metrics import qa_scores
 from drmas_envs.search.retrievers import Retriever, format_passages
-from drmas_envs.search.sources import resolve_data, resolve_retriever
+from drmas_envs.search.sources import resolve_search_env
 
 __all__ = ["SearchOrchestratorEnv", "SearchRecord", "raw_env", "env", "parallel_env"]
 
@@ -123,15 +123,12 @@ class SearchOrchestratorEnv(TextAECEnv):
                                  ("max_action_chars", max_action_chars, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        unknown = set(prompts or {}) - set(ORCHESTRATOR_PROMPTS)
-        if unknown:
-            raise ValueError(f"unknown prompt keys {sorted(unknown)}; accepted: {sorted(ORCHESTRATOR_PROMPTS)}")
-        task_source, passages = resolve_data(tasks, corpus, synthetic)
+        task_source, self.retriever, self.prompts = resolve_search_env(
+            tasks, corpus, synthetic, retriever, retriever_kwargs, prompts, ORCHESTRATOR_PROMPTS
+        )
         super().__init__(task_source, format_penalty=format_penalty, render_mode=render_mode)
-        self.retriever = resolve_retriever(retriever, passages, retriever_kwargs)
         self.topk, self.max_steps, self.history_length = topk, max_steps, history_length
         self.max_action_chars = max_action_chars
-        self.prompts = {**ORCHESTRATOR_PROMPTS, **(prompts or {})}
 
     # ---- hooks ----
     def _start_episode(self) -> str:

@@ -53,7 +53,7 @@ from drmas_envs.search.parsing import MAX_ACTION_CHARS, first_tag
 from drmas_envs.search.prompts import SEARCH_R1_PROMPTS
 from drmas_envs.search.qa_metrics import qa_scores
 from drmas_envs.search.retrievers import Retriever, format_passages
-from drmas_envs.search.sources import resolve_data, resolve_retriever
+from drmas_envs.search.sources import resolve_search_env
 
 __all__ = ["SearchR1Env", "raw_env", "env", "parallel_env"]
 
@@ -86,14 +86,11 @@ class SearchR1Env(TextAECEnv):
         for name, value in (("topk", topk), ("max_turns", max_turns), ("max_action_chars", max_action_chars)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        unknown = set(prompts or {}) - set(SEARCH_R1_PROMPTS)
-        if unknown:
-            raise ValueError(f"unknown prompt keys {sorted(unknown)}; accepted: {sorted(SEARCH_R1_PROMPTS)}")
-        task_source, passages = resolve_data(tasks, corpus, synthetic)
+        task_source, self.retriever, self.prompts = resolve_search_env(
+            tasks, corpus, synthetic, retriever, retriever_kwargs, prompts, SEARCH_R1_PROMPTS
+        )
         super().__init__(task_source, format_penalty=format_penalty, render_mode=render_mode)
-        self.retriever = resolve_retriever(retriever, passages, retriever_kwargs)
         self.topk, self.max_turns, self.max_action_chars = topk, max_turns, max_action_chars
-        self.prompts = {**SEARCH_R1_PROMPTS, **(prompts or {})}
 
     def _start_episode(self) -> str:
         self.transcript = []

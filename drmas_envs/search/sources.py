@@ -20,7 +20,7 @@ from drmas_envs.search.data import load_qa_file, load_qa_hf
 from drmas_envs.search.retrievers import Retriever, make_retriever
 from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia
 
-__all__ = ["resolve_data", "resolve_retriever", "load_corpus"]
+__all__ = ["resolve_data", "resolve_retriever", "resolve_search_env", "load_corpus"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -151,3 +151,25 @@ def resolve_retriever(retriever: str | Retriever, passages: Sequence[Passage] | 
     if passages is None:
         raise ValueError(f"the {retriever!r} retriever needs a corpus: pass corpus=<wiki-18 .jsonl> or use retriever='http'")
     return make_retriever(retriever, passages, **kwargs)
+
+
+def resolve_search_env(
+    tasks: Any,
+    corpus: Any,
+    synthetic: Mapping[str, Any] | None,
+    retriever: str | Retriever,
+    retriever_kwargs: Mapping[str, Any] | None,
+    prompts: Mapping[str, str] | None,
+    default_prompts: Mapping[str, str],
+) -> tuple[TaskSource, Retriever, dict[str, str]]:
+    """What every search env builds from its kwargs: (tasks, shared retriever, prompts merged over the defaults).
+
+    Raises:
+        ValueError: unknown prompt keys (checked first, before any data loads), plus :func:`resolve_data`'s and
+            :func:`resolve_retriever`'s errors.
+    """
+    unknown = set(prompts or {}) - set(default_prompts)
+    if unknown:
+        raise ValueError(f"unknown prompt keys {sorted(unknown)}; accepted: {sorted(default_prompts)}")
+    task_source, passages = resolve_data(tasks, corpus, synthetic)
+    return task_source, resolve_retriever(retriever, passages, retriever_kwargs), {**default_prompts, **(prompts or {})}
