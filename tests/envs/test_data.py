@@ -8,7 +8,7 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import shared_file
+from shared_data import shared_file
 
 from drmas_envs.core import ListTaskSource, Task
 from drmas_envs.data import (

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import shared_file
+from shared_data import shared_file
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "grading_oracle.py"
 

@@ -3,7 +3,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import shared_file
+from shared_data import shared_file
 
 from drmas_envs.search.corpus import (
     Passage,

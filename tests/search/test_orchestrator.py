@@ -1,8 +1,8 @@
 import time
 
 import pytest
-from conftest import shared_file
 from pettingzoo.test import api_test, parallel_api_test, render_test, seed_test
+from shared_data import shared_file
 
 import drmas_envs
 from drmas_envs.core import ListTaskSource, Task

@@ -6,7 +6,7 @@ import json
 import random
 
 import pytest
-from conftest import shared_file
+from shared_data import shared_file
 
 from drmas_train.baselines import BaselineError, get_baseline, random_text
 from drmas_train.commands import eval as eval_cmd
