@@ -6,6 +6,10 @@ rate and call counts, mean episode length, and timing.
 
     python benchmarks/smollm2_gsm8k_rollout.py                    # 8 problems x n=2 (../shared/data/gsm8k_test.jsonl)
     python benchmarks/smollm2_gsm8k_rollout.py --problems 32 --n 4 --max-new-tokens 384
+    python benchmarks/smollm2_gsm8k_rollout.py --preset quickstart_math   # its env kwargs (prompts) + sampling
+
+By default the env runs with the paper's prompts; ``--preset`` takes ``env.kwargs`` (e.g. the quickstart's
+one-example prompts) and the rollout temperature / max_new_tokens / max_prompt_tokens of a trainer preset.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--samples-out", default=None, help="optional .jsonl/.parquet path for the samples")
+    p.add_argument("--preset", default=None, help="trainer preset or YAML: env kwargs and rollout sampling")
     args = p.parse_args()
     if not Path(args.data).is_file():
         raise SystemExit(
@@ -46,8 +51,21 @@ def main() -> None:
     from drmas_train.backends.base import SamplingParams
     from drmas_train.rollout import rollout, save_samples
 
+    env_kwargs: dict = {}
+    max_prompt_tokens = None
+    if args.preset:
+        from drmas_train.config import as_dict, load_config
+
+        cfg = load_config(args.preset)
+        env_kwargs = dict(as_dict(cfg)["env"]["kwargs"])
+        args.temperature, args.top_p = cfg.rollout.temperature, cfg.rollout.top_p
+        args.max_new_tokens, max_prompt_tokens = cfg.rollout.max_new_tokens, cfg.rollout.max_prompt_tokens
+    from drmas_envs.data import load_tasks
+
+    tasks = load_tasks(args.data)
+
     def env_fn():
-        return drmas_envs.make("math-solver-verifier-v0", data=args.data)
+        return drmas_envs.make("math-solver-verifier-v0", data=tasks, **env_kwargs)
 
     probe = env_fn()
     t0 = time.perf_counter()
@@ -57,7 +75,14 @@ def main() -> None:
         temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens
     )
     result = rollout(
-        env_fn, list(range(args.problems)), args.n, pool, sampling, seed=args.seed, progress=True
+        env_fn,
+        list(range(args.problems)),
+        args.n,
+        pool,
+        sampling,
+        seed=args.seed,
+        max_prompt_tokens=max_prompt_tokens,
+        progress=True,
     )
 
     calls: dict[str, int] = defaultdict(int)
@@ -78,6 +103,7 @@ def main() -> None:
                 "model": args.model,
                 "env": "math-solver-verifier-v0",
                 "data": Path(args.data).name,
+                "preset": args.preset,
                 "problems": args.problems,
                 "n": args.n,
                 "sampling": {

@@ -3,7 +3,9 @@ plays one env at a time (one generate call per agent call), same model, same env
 
 Prints one JSON object: for each engine the wall time, agent calls/s and generated tokens/s, the speed-up
 (target >= 5x at 16 tasks x n=4), and the lock-step engine's share of wall time spent outside generation
-(env steps, observation building, bookkeeping; target < 1 %).
+(env steps, observation building, bookkeeping; target < 1 %). For the ``hf`` backend each engine also reports the
+backend's counters: real prompt tokens vs tokens actually prefilled (shared prompt prefixes are computed once in a
+batch, see ``drmas_train.backends.prefill``), forwards and generated tokens.
 
     python benchmarks/perf/rollout_throughput.py                      # tiny-qwen3, math-solver-verifier-v0
     python benchmarks/perf/rollout_throughput.py --model tiny-llama --tasks 16 --n 4 --max-new-tokens 32
@@ -76,6 +78,9 @@ def main() -> None:
         env_fn, tasks[:1], 1, pool, sampling, seed=args.seed, progress=False
     )  # warm-up (imports, allocator)
 
+    from collections import Counter
+
+    backend.counters = Counter()
     t0 = time.perf_counter()
     result = rollout(
         env_fn,
@@ -91,9 +96,12 @@ def main() -> None:
     lock_calls = len(result.samples)
     lock_tokens = sum(len(s.response_ids) for s in result.samples)
 
+    lock_counters = dict(getattr(backend, "counters", {}))
+    backend.counters = Counter()
     t0 = time.perf_counter()
     naive_calls, naive_tokens, naive_gen_s = naive_loop(env_fn, tasks, args.n, backend, sampling, args.seed)
     naive_s = time.perf_counter() - t0
+    naive_counters = dict(getattr(backend, "counters", {}))
 
     lock = {
         "wall_s": round(lock_s, 3),
@@ -104,6 +112,7 @@ def main() -> None:
         "generate_calls": int(result.timing["generate_calls"]),
         "generate_s": round(result.timing["generate"], 3),
         "outside_generation_share": round(1 - result.timing["generate"] / result.timing["total"], 5),
+        "backend_counters": lock_counters,
     }
     naive = {
         "wall_s": round(naive_s, 3),
@@ -113,6 +122,7 @@ def main() -> None:
         "tokens_per_s": round(naive_tokens / naive_s, 1),
         "generate_calls": naive_calls,
         "outside_generation_share": round(1 - naive_gen_s / naive_s, 5),
+        "backend_counters": naive_counters,
     }
     speedup_calls = lock["agent_calls_per_s"] / naive["agent_calls_per_s"]
     speedup_tokens = lock["tokens_per_s"] / naive["tokens_per_s"]

@@ -14,6 +14,7 @@ Accepted ``spec`` forms:
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from drmas_envs.core import TaskSource
@@ -58,7 +59,10 @@ def load_tasks(
         raise TypeError(f"task spec must be a str, a pathlib.Path or a TaskSource, got {type(spec).__name__}")
     for prefix in _PROCEDURAL:
         if spec.startswith(prefix):
-            return ReasoningGymSource(spec[len(prefix) :] or "gsm_symbolic", seed=seed, size=size)
+            dataset = spec[len(prefix) :] or "gsm_symbolic"
+            if type(seed) is int and type(size) is int:  # noqa: E721 - bools and odd types get the checks
+                return _reasoning_gym(dataset, seed, size)
+            return ReasoningGymSource(dataset, seed=seed, size=size)
     if spec.startswith("hf:"):
         rest, _, split = spec[3:].partition("@")
         parts = rest.split(":")
@@ -79,3 +83,10 @@ def load_tasks(
         "'reasoning_gym:<dataset>' (e.g. 'reasoning_gym:gsm_symbolic'), 'hf:<id>[:<config>][@<split>]', "
         "or a TaskSource"
     )
+
+
+@functools.lru_cache(maxsize=32)
+def _reasoning_gym(dataset: str, seed: int, size: int) -> ReasoningGymSource:
+    """One shared source per (dataset, seed, size): every env of a rollout batch builds its default tasks, and
+    generating them again per env instance cost ~0.7 ms each (its tasks are immutable, so sharing is safe)."""
+    return ReasoningGymSource(dataset, seed=seed, size=size)

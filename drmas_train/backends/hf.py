@@ -6,11 +6,17 @@ the sampled token, and the token itself is drawn from the same scaled logits aft
 (the order of HF ``generate`` and vLLM). Prompts are left-padded so that every row's next token sits at the
 last position; position ids count real tokens only, so padding never changes a row's result beyond float
 rounding.
+
+Throughput (see ``benchmarks/perf/rollout_throughput.py``): equal prompts and the prefix common to a batch are
+prefilled once and the rest in length buckets (:mod:`drmas_train.backends.prefill`); a row leaves the decode
+batch as soon as it finishes; the next token is drawn with one pass for the softmax normaliser and a two-level
+inverse CDF (:func:`sample_weights`) instead of a full-vocabulary cumulative sum.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,9 +30,10 @@ from drmas_train.backends.base import (
     render_chat,
     truncate_ids,
 )
+from drmas_train.backends.prefill import can_stitch, prefill
 from drmas_train.logprobs import cache_kwarg
 
-__all__ = ["HFBackend", "filter_logits", "sample_categorical"]
+__all__ = ["HFBackend", "filter_logits", "next_tokens", "sample_categorical", "sample_weights"]
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -57,10 +64,7 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 
 
 def sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw per row from ``softmax(logits)`` by inverse-CDF sampling.
-
-    ``torch.multinomial`` is several times slower on CPU for 10^5-token vocabularies; this costs one exp, one
-    cumsum and a binary search per row. Tokens with probability 0 (logit ``-inf``) are never drawn.
+    """One draw per row from ``softmax(logits)`` (see :func:`sample_weights`).
 
     Args:
         logits: (B, V) float; ``-inf`` marks excluded tokens (at least one finite per row).
@@ -69,11 +73,83 @@ def sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torc
     Returns:
         (B,) long token ids.
     """
-    weights = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)  # (B, V), max weight 1
-    cdf = weights.cumsum(dim=-1)  # (B, V)
-    u = torch.rand((logits.shape[0], 1), generator=generator, device=logits.device, dtype=cdf.dtype)
-    u = u * cdf[:, -1:] * (1 - 1e-6)  # strictly below the total mass, so a positive-weight token is hit
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=logits.shape[-1] - 1)  # (B,)
+    return sample_weights(torch.exp(logits - logits.amax(dim=-1, keepdim=True)), generator)
+
+
+def sample_weights(weights: torch.Tensor, generator: torch.Generator, block: int = 1024) -> torch.Tensor:
+    """One draw per row, token ``j`` with probability ``weights[j] / weights.sum()``, by two-level inverse CDF.
+
+    A cumulative sum over a 10^5-token vocabulary is a slow sequential scan on CPU (and ``torch.multinomial``
+    slower still), so the uniform draw first picks a block of ``block`` tokens from the cumulative block sums,
+    then a token from the cumulative sum of that block only. Zero weights are never drawn.
+
+    Args:
+        weights: (B, V) float, non-negative, at least one positive per row (e.g. ``exp(logits - max)``).
+        generator: the random stream (one uniform draw per row).
+        block: tokens per block (>= 1).
+
+    Returns:
+        (B,) long token ids.
+    """
+    return _draw(weights, generator, block)[0]
+
+
+def _draw(weights: torch.Tensor, generator: torch.Generator, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_weights`, also returning each row's total weight (B,) (the last block CDF value)."""
+    rows, vocab = weights.shape
+    full = vocab // block
+    sums = [weights[:, : full * block].view(rows, full, block).sum(-1)] if full else []
+    if full * block < vocab:
+        sums.append(weights[:, full * block :].sum(-1, keepdim=True))
+    block_cdf = torch.cat(sums, dim=-1).cumsum(-1)  # (B, n_blocks)
+    u = torch.rand((rows, 1), generator=generator, device=weights.device, dtype=block_cdf.dtype)
+    u = u * block_cdf[:, -1:] * (1 - 1e-6)  # strictly below the total mass
+    chosen = torch.searchsorted(block_cdf, u, right=True).clamp_(max=block_cdf.shape[-1] - 1)  # (B, 1)
+    before = torch.where(chosen > 0, block_cdf.gather(-1, (chosen - 1).clamp(min=0)), torch.zeros_like(u))
+    cols = chosen * block + torch.arange(block, device=weights.device)  # (B, block)
+    in_block = weights.gather(-1, cols.clamp(max=vocab - 1)) * (cols < vocab)
+    cdf = in_block.cumsum(-1)  # (B, block)
+    rest = torch.minimum(u - before, cdf[:, -1:] * (1 - 1e-6))  # rounding between the two sums
+    offset = torch.searchsorted(cdf, rest, right=True).clamp_(max=block - 1)
+    return (chosen * block + offset).squeeze(-1), block_cdf[:, -1]
+
+
+def next_tokens(
+    logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw the next token of every row and its log-probability under the backend convention.
+
+    ``logp = logit/T - logsumexp(logits/T)`` over the unfiltered distribution (T = 1 when greedy), the formula of
+    :func:`drmas_train.logprobs.forward_logprobs`; the token comes from the top-k/top-p filtered distribution.
+    It is computed as ``log(w[token]) - log(sum(w))`` with ``w = exp(logits/T - max)``, exact to ~1e-7 for every
+    token of probability above ~1e-38 (float32's normal range), i.e. every token that is ever drawn in practice.
+
+    Args:
+        logits: (B, V) float32 raw next-token logits; **overwritten** (the caller's buffer is reused to avoid
+            allocating B x V floats per step).
+        sampling: temperature, top_k, top_p.
+        generator: random stream for the draws.
+
+    Returns:
+        tokens (B,) long and their log-probabilities (B,) float32.
+    """
+    greedy = sampling.temperature == 0
+    filtered = not greedy and (sampling.top_k != -1 or sampling.top_p < 1.0)
+    if not greedy and sampling.temperature != 1:
+        logits.div_(float(sampling.temperature))
+    tokens = logits.argmax(-1) if greedy else None
+    dropped = filter_logits(logits, sampling.top_k, sampling.top_p) == float("-inf") if filtered else None
+    weights = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()  # (B, V), max weight 1, in place
+    if tokens is not None:
+        total = weights.sum(-1)
+    elif dropped is not None:
+        total = weights.sum(-1)  # the normaliser is over the unfiltered distribution
+        weights.masked_fill_(dropped, 0.0)  # a drawn token is never dropped, so it keeps its weight
+        tokens = sample_weights(weights, generator)
+    else:
+        tokens, total = _draw(weights, generator, 1024)
+    token_weight = weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (B,)
+    return tokens, token_weight.log() - total.log()
 
 
 class HFBackend:
@@ -84,8 +160,12 @@ class HFBackend:
             is needed (:meth:`sync_weights` is a no-op).
         tokenizer: its tokenizer (chat template + pad token).
         chat_template_kwargs: passed to the chat template (e.g. ``{"enable_thinking": False}``).
-        max_batch_size: rows (prompts x n) per forward; larger batches are split.
+        max_batch_size: rows (prompts x n) decoded together; larger batches are split.
+        prefill_token_budget: most prompt tokens (padding included) per prefill forward; bounds activation memory.
         seed: seeds this backend's own generator, used when ``SamplingParams.seed`` is None.
+
+    Raises:
+        ValueError: ``max_batch_size`` or ``prefill_token_budget`` below 1.
     """
 
     def __init__(
@@ -95,14 +175,23 @@ class HFBackend:
         *,
         chat_template_kwargs: Mapping[str, Any] | None = None,
         max_batch_size: int = 64,
+        prefill_token_budget: int = 8192,
         seed: int = 0,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if prefill_token_budget < 1:
+            raise ValueError(f"prefill_token_budget must be >= 1, got {prefill_token_budget}")
         self.model = model
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_batch_size = max_batch_size
+        self.prefill_token_budget = prefill_token_budget
+        self._stitch = can_stitch(model)
+        #: running totals since construction: ``prompt_tokens`` (real prompt tokens of all rows),
+        #: ``prefill_tokens`` (tokens actually fed in prefill forwards, padding included), ``prefill_forwards``,
+        #: ``decode_forwards``, ``generated_tokens``. Benchmarks read them; reset by assigning a new Counter.
+        self.counters: Counter[str] = Counter()
         self._seeds = random.Random(seed)
         self._cache_kw = cache_kwarg(model)
         eos = {tokenizer.eos_token_id}
@@ -177,56 +266,35 @@ class HFBackend:
     def _generate_batch(
         self, rows: list[list[int]], sampling: SamplingParams, generator: torch.Generator, device: Any
     ) -> list[Generation]:
-        from transformers import DynamicCache
-
-        batch, prompt_len = len(rows), max(len(r) for r in rows)
-        input_ids = torch.full((batch, prompt_len), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((batch, prompt_len), dtype=torch.long)
-        for b, r in enumerate(rows):
-            input_ids[b, prompt_len - len(r) :] = torch.as_tensor(r)
-            mask[b, prompt_len - len(r) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-        cache = DynamicCache(config=getattr(self.model, "config", None))
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kw: cache},
+        state = prefill(
+            self.model,
+            self._cache_kw,
+            rows,
+            pad_token_id=self.pad_token_id,
+            device=device,
+            token_budget=self.prefill_token_budget,
+            stitch=self._stitch,
+            reserve=sampling.max_new_tokens,
         )
-        logits = out.logits[:, -1, :].float()  # (B, V)
-        next_pos = positions[:, -1:] + 1  # (B, 1)
-
-        greedy = sampling.temperature == 0
-        scale = 1.0 if greedy else float(sampling.temperature)
+        cache, mask, next_pos, logits = state.cache, state.attention_mask, state.next_positions, state.logits
+        batch = len(rows)
+        self.counters.update(
+            prompt_tokens=sum(map(len, rows)),
+            prefill_tokens=state.prefill_tokens,
+            prefill_forwards=state.forwards,
+        )
         max_stop = max((len(s) for s in sampling.stop), default=0)
         responses: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         reasons: list[str | None] = [None] * batch
+        live = list(range(batch))  # input row of each batch row; finished rows leave the batch
         for step in range(sampling.max_new_tokens):
-            scaled = logits / scale  # (B, V)
-            if greedy:
-                tokens = scaled.argmax(-1)  # (B,)
-            else:
-                if sampling.top_k != -1 or sampling.top_p < 1.0:
-                    tokens = sample_categorical(
-                        filter_logits(scaled, sampling.top_k, sampling.top_p), generator
-                    )
-                else:
-                    tokens = sample_categorical(scaled, generator)  # (B,)
-            # the same formula as drmas_train.logprobs.forward_logprobs: logit - logsumexp (unfiltered)
-            token_lp = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
-                scaled, dim=-1
-            )  # (B,)
+            tokens, token_lp = next_tokens(logits, sampling, generator)  # (b,), (b,)
             token_list, lp_list = tokens.tolist(), token_lp.tolist()
-            for b in range(batch):
-                if reasons[b] is not None:
-                    continue
-                responses[b].append(token_list[b])
-                logprobs[b].append(lp_list[b])
-                if token_list[b] in self.eos_token_ids:
+            for j, b in enumerate(live):
+                responses[b].append(token_list[j])
+                logprobs[b].append(lp_list[j])
+                if token_list[j] in self.eos_token_ids:
                     reasons[b] = "stop"
                 elif max_stop:
                     # a stop string of L characters spans at most 4L byte-level tokens; decode only that tail,
@@ -236,15 +304,18 @@ class HFBackend:
                     )
                     if find_stop(tail, sampling.stop):
                         reasons[b] = "stop"
-            if all(r is not None for r in reasons) or step == sampling.max_new_tokens - 1:
+            keep = [j for j, b in enumerate(live) if reasons[b] is None]
+            if not keep or step == sampling.max_new_tokens - 1:
                 break
-            feed = torch.as_tensor(
-                [token_list[b] if reasons[b] is None else self.pad_token_id for b in range(batch)],
-                device=device,
-            ).unsqueeze(-1)  # (B, 1)
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=-1)
+            if len(keep) < len(live):  # drop finished rows: later steps cost only the live ones
+                index = torch.as_tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                mask, next_pos, tokens = mask[index], next_pos[index], tokens[index]
+                live = [live[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
+            self.counters["decode_forwards"] += 1
             out = self.model(
-                input_ids=feed,
+                input_ids=tokens.unsqueeze(-1),
                 attention_mask=mask,
                 position_ids=next_pos,
                 use_cache=True,
@@ -252,6 +323,7 @@ class HFBackend:
             )
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
+        self.counters["generated_tokens"] += sum(map(len, responses))
         return [
             Generation(
                 text=self.tokenizer.decode(responses[b], skip_special_tokens=True),
