@@ -17,6 +17,26 @@ def tiny(name: str = "tiny-qwen3", seed: int = 0) -> LoadedModel:
     return load_model(ModelSpec(name, seed=seed))
 
 
+def max_logprob_error(loaded: LoadedModel, gens, temperature: float = 1.0, pad_token_id=None) -> float:
+    """Largest |generation log-prob - fresh forward-pass log-prob| over all tokens of ``gens`` (float32)."""
+    import torch
+
+    from drmas_train.logprobs import forward_logprobs
+
+    with torch.no_grad():
+        lp, mask, _ = forward_logprobs(
+            loaded.model,
+            [g.prompt_ids for g in gens],
+            [g.response_ids for g in gens],
+            pad_token_id=loaded.tokenizer.pad_token_id if pad_token_id is None else pad_token_id,
+            temperature=temperature,
+        )
+    assert [int(m.sum()) for m in mask] == [len(g.response_ids) for g in gens]
+    return max(
+        (lp[i, : len(g.logprobs)] - torch.tensor(g.logprobs)).abs().max().item() for i, g in enumerate(gens)
+    )
+
+
 class ScriptedBackend:
     """Answers every prompt with ``reply(messages, call_index, row)``; records each batched call's size.
 

@@ -6,10 +6,10 @@ import importlib.util
 
 import pytest
 import torch
+from backend_fakes import max_logprob_error
 
 from drmas_train.backends.base import SamplingParams
 from drmas_train.backends.hf import HFBackend
-from drmas_train.logprobs import forward_logprobs
 from drmas_train.models import load_model
 
 pytestmark = pytest.mark.slow  # first run converts the GGUF (~30-60 s on 2 cores); later runs read the cache
@@ -49,17 +49,6 @@ def test_smollm2_generation_logprobs_match_a_forward_pass(smollm2):
     ]
     sampling = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=10, n=2, seed=0)
     gens = backend.generate(prompts, sampling)
-    with torch.no_grad():
-        lp, mask, _ = forward_logprobs(
-            smollm2.model,
-            [g.prompt_ids for g in gens],
-            [g.response_ids for g in gens],
-            pad_token_id=backend.pad_token_id,
-            temperature=0.8,
-        )
-    diffs = [
-        (lp[i, : len(g.logprobs)] - torch.tensor(g.logprobs)).abs().max().item() for i, g in enumerate(gens)
-    ]
-    assert max(diffs) < 1e-4, diffs
+    assert max_logprob_error(smollm2, gens, 0.8, pad_token_id=backend.pad_token_id) < 1e-4
     greedy = backend.generate(prompts[:1], SamplingParams(temperature=0.0, max_new_tokens=12))[0]
     assert "12" in greedy.text  # a real instruct model, not noise

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backend_fakes import tiny
+from backend_fakes import max_logprob_error, tiny
 
 from drmas_train.backends.base import SamplingParams
 from drmas_train.backends.hf import HFBackend, next_tokens, sample_weights
 from drmas_train.backends.prefill import Segment, can_stitch, length_buckets, prefill, prompt_tree
-from drmas_train.logprobs import cache_kwarg, forward_logprobs
+from drmas_train.logprobs import cache_kwarg
 
 SYSTEM = (
     "You are the Solver of a two-agent team. Reason step by step, show every intermediate result, "
@@ -218,12 +218,4 @@ def test_rows_leaving_the_batch_early_keep_the_others_exact(name, stitch):
     gens = backend.generate(PROMPTS + LATER_TURN, SamplingParams(max_new_tokens=12, n=3, seed=7))
     lengths = sorted(len(g.response_ids) for g in gens)
     assert lengths[0] < lengths[-1] and lengths[-1] > 2, lengths
-    with torch.no_grad():
-        lp, _, _ = forward_logprobs(
-            loaded.model,
-            [g.prompt_ids for g in gens],
-            [g.response_ids for g in gens],
-            pad_token_id=backend.pad_token_id,
-        )
-    for i, g in enumerate(gens):
-        assert torch.allclose(lp[i, : len(g.logprobs)], torch.tensor(g.logprobs), atol=1e-4, rtol=0)
+    assert max_logprob_error(loaded, gens, pad_token_id=backend.pad_token_id) < 1e-4
