@@ -84,7 +84,8 @@ def sample_weights(weights: torch.Tensor, generator: torch.Generator, block: int
     then a token from the cumulative sum of that block only. Zero weights are never drawn.
 
     Args:
-        weights: (B, V) float, non-negative, at least one positive per row (e.g. ``exp(logits - max)``).
+        weights: (B, V) float, non-negative, at least one positive and a finite sum per row (e.g.
+            ``exp(logits - max)``, whose sum is between 1 and V).
         generator: the random stream (one uniform draw per row).
         block: tokens per block (>= 1).
 
@@ -101,17 +102,23 @@ def _draw(weights: torch.Tensor, generator: torch.Generator, block: int) -> tupl
     sums = [weights[:, : full * block].view(rows, full, block).sum(-1)] if full else []
     if full * block < vocab:
         sums.append(weights[:, full * block :].sum(-1, keepdim=True))
-    block_cdf = torch.cat(sums, dim=-1).cumsum(-1)  # (B, n_blocks)
+    block_sums = torch.cat(sums, dim=-1)  # (B, n_blocks)
+    block_cdf = block_sums.cumsum(-1)
     u = torch.rand((rows, 1), generator=generator, device=weights.device, dtype=block_cdf.dtype)
-    u = u * block_cdf[:, -1:] * (1 - 1e-6)  # strictly below the total mass
-    chosen = torch.searchsorted(block_cdf, u, right=True).clamp_(max=block_cdf.shape[-1] - 1)  # (B, 1)
+    u = u * block_cdf[:, -1:] * (1 - 1e-6)  # below the total mass
+    # rounding can still put u at (or past) a row's total: then its last positive block / token, never past
+    chosen = torch.searchsorted(block_cdf, u, right=True).minimum(_last_positive(block_sums))  # (B, 1)
     before = torch.where(chosen > 0, block_cdf.gather(-1, (chosen - 1).clamp(min=0)), torch.zeros_like(u))
     cols = chosen * block + torch.arange(block, device=weights.device)  # (B, block)
     in_block = weights.gather(-1, cols.clamp(max=vocab - 1)) * (cols < vocab)
-    cdf = in_block.cumsum(-1)  # (B, block)
-    rest = torch.minimum(u - before, cdf[:, -1:] * (1 - 1e-6))  # rounding between the two sums
-    offset = torch.searchsorted(cdf, rest, right=True).clamp_(max=block - 1)
+    offset = torch.searchsorted(in_block.cumsum(-1), u - before, right=True).minimum(_last_positive(in_block))
     return (chosen * block + offset).squeeze(-1), block_cdf[:, -1]
+
+
+def _last_positive(values: torch.Tensor) -> torch.Tensor:
+    """(B, 1) long: index of the last positive entry of each row of (B, K) ``values`` (0 if none)."""
+    index = torch.arange(values.shape[-1], device=values.device)
+    return torch.where(values > 0, index, 0).amax(-1, keepdim=True)
 
 
 def next_tokens(
@@ -192,6 +199,7 @@ class HFBackend:
         #: ``prefill_tokens`` (tokens actually fed in prefill forwards, padding included), ``prefill_forwards``,
         #: ``decode_forwards``, ``generated_tokens``. Benchmarks read them; reset by assigning a new Counter.
         self.counters: Counter[str] = Counter()
+        self._special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
         self._seeds = random.Random(seed)
         self._cache_kw = cache_kwarg(model)
         eos = {tokenizer.eos_token_id}
@@ -287,21 +295,23 @@ class HFBackend:
         responses: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         reasons: list[str | None] = [None] * batch
+        visible: list[list[int]] = [[] for _ in range(batch)]  # response tokens that are not special tokens
         live = list(range(batch))  # input row of each batch row; finished rows leave the batch
         for step in range(sampling.max_new_tokens):
             tokens, token_lp = next_tokens(logits, sampling, generator)  # (b,), (b,)
             token_list, lp_list = tokens.tolist(), token_lp.tolist()
             for j, b in enumerate(live):
-                responses[b].append(token_list[j])
+                token = token_list[j]
+                responses[b].append(token)
                 logprobs[b].append(lp_list[j])
-                if token_list[j] in self.eos_token_ids:
+                if token in self.eos_token_ids:
                     reasons[b] = "stop"
-                elif max_stop:
-                    # a stop string of L characters spans at most 4L byte-level tokens; decode only that tail,
-                    # exactly as the final text is decoded (special tokens skipped)
-                    tail = self.tokenizer.decode(
-                        responses[b][-(4 * max_stop + 4) :], skip_special_tokens=True
-                    )
+                elif max_stop and token not in self._special_ids:
+                    # a stop string of L characters spans at most 4L byte-level tokens of visible text; decode
+                    # only that tail, exactly as the final text is decoded (special tokens, which decode to
+                    # nothing and could push a stop string out of the window, are left out)
+                    visible[b].append(token)
+                    tail = self.tokenizer.decode(visible[b][-(4 * max_stop + 4) :], skip_special_tokens=True)
                     if find_stop(tail, sampling.stop):
                         reasons[b] = "stop"
             keep = [j for j, b in enumerate(live) if reasons[b] is None]

@@ -208,7 +208,8 @@ def prefill(
         rows: B prompts as token ids (each non-empty); equal prompts are computed once.
         pad_token_id: id placed on padding (masked out, its value never matters).
         device: where the model lives.
-        token_budget: most tokens per forward, padding included (bounds activation memory).
+        token_budget: most tokens per forward, padding included (bounds activation memory); the padded fallback
+            runs all distinct prompts in one forward and ignores it.
         max_pad_fraction: padding allowed within a length bucket (:func:`length_buckets`).
         min_shared_prefix: shortest run of tokens shared by several prompts that is computed once
             (:func:`prompt_tree`); shorter shared runs are recomputed per prompt.
@@ -218,7 +219,14 @@ def prefill(
 
     Returns:
         :class:`Prefilled` for the B rows, in order.
+
+    Raises:
+        ValueError: no rows, or an empty row.
     """
+    if not rows or any(len(r) == 0 for r in rows):
+        raise ValueError(
+            f"prefill needs at least one row and no empty row, got lengths {[len(r) for r in rows]}"
+        )
     distinct: dict[tuple[int, ...], int] = {}
     row_to_unique = [distinct.setdefault(tuple(r), len(distinct)) for r in rows]
     unique = [list(u) for u in distinct]
@@ -303,13 +311,21 @@ def prompt_tree(prompts: Sequence[Sequence[int]], min_shared: int) -> list[Segme
 
     Returns:
         Segments, parents before children; every prompt is the ``leaf`` of exactly one.
-    """
-    segments: list[Segment] = []
 
-    def build(group: list[int], seg_start: int, scan: int, parent: int, depth: int) -> None:
+    Raises:
+        ValueError: ``min_shared < 1``.
+    """
+    if min_shared < 1:
+        raise ValueError(f"min_shared must be >= 1, got {min_shared}")
+    segments: list[Segment] = []
+    # depth-first with an explicit stack (a batch of 10^3 nested prompts would exceed Python's recursion limit);
+    # an entry is (prompt group, where its next segment starts, where its common run starts, parent, depth)
+    stack: list[tuple[list[int], int, int, int, int]] = [(list(range(len(prompts))), 0, 0, -1, 0)]
+    while stack:
+        group, seg_start, scan, parent, depth = stack.pop()
         if len(group) == 1:
             segments.append(Segment(group[0], seg_start, len(prompts[group[0]]), parent, depth, group[0]))
-            return
+            continue
         first, shortest = prompts[group[0]], min(len(prompts[i]) for i in group)
         end = scan
         while end < shortest and all(prompts[i][end] == first[end] for i in group):
@@ -324,10 +340,7 @@ def prompt_tree(prompts: Sequence[Sequence[int]], min_shared: int) -> list[Segme
                 segments.append(Segment(i, seg_start, end + 1, parent, depth, i))
             else:
                 children.setdefault(prompts[i][end], []).append(i)
-        for child in children.values():
-            build(child, seg_start, end, parent, depth)
-
-    build(list(range(len(prompts))), 0, 0, -1, 0)
+        stack.extend((child, seg_start, end, parent, depth) for child in reversed(children.values()))
     return segments
 
 

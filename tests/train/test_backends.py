@@ -187,6 +187,26 @@ def test_stop_strings_end_a_sequence_at_the_first_occurrence():
             assert "e" in g.text or "o" in g.text
 
 
+def test_stop_string_split_by_special_tokens_is_still_found(monkeypatch):
+    """Special tokens decode to nothing; a dozen of them between the two halves of a stop string must not push
+    the first half out of the window that is searched."""
+    import drmas_train.backends.hf as hf
+
+    loaded = tiny("tiny-qwen3")
+    tok = loaded.tokenizer
+    a, b = (tok.encode(c, add_special_tokens=False)[0] for c in "ab")
+    script = iter([a] + [tok.convert_tokens_to_ids("<|im_start|>")] * 12 + [b] + [a] * 10)
+    monkeypatch.setattr(
+        hf,
+        "next_tokens",
+        lambda logits, s, g: (torch.full((len(logits),), next(script)), torch.zeros(len(logits))),
+    )
+    backend = HFBackend.from_loaded(loaded)
+    backend.eos_token_ids = frozenset()
+    gen = backend.generate_ids([[5, 6]], SamplingParams(max_new_tokens=24, stop=("ab",)))[0]
+    assert (gen.text, gen.finish_reason, len(gen.response_ids)) == ("ab", "stop", 14)
+
+
 def test_eos_ends_a_sequence_and_is_kept_in_response_ids():
     loaded = tiny("tiny-llama")
     backend = HFBackend.from_loaded(loaded)

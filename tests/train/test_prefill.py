@@ -54,6 +54,21 @@ def test_prompt_tree_golden():
     ]
 
 
+def test_prompt_tree_handles_deep_nesting_and_rejects_bad_min_shared():
+    nested = [[7] * k for k in range(1, 1201)]  # 1,200 prompts, each a prefix of the next
+    segments = prompt_tree(nested, min_shared=32)
+    assert sorted(seg.leaf for seg in segments if seg.leaf >= 0) == list(range(1200))
+    with pytest.raises(ValueError, match="min_shared must be >= 1, got 0"):
+        prompt_tree([[1, 2], [3, 4]], min_shared=0)
+
+
+def test_prefill_rejects_empty_input():
+    loaded = tiny("tiny-llama")
+    for rows in ([], [[], [1, 2]]):
+        with pytest.raises(ValueError, match="no empty row"):
+            prefill(loaded.model, cache_kwarg(loaded.model), rows, pad_token_id=0, device="cpu")
+
+
 def _tree_tokens(prompts, segments, i):
     seg = segments[i]
     own = prompts[seg.prompt][seg.start : seg.end]
@@ -115,6 +130,10 @@ def test_sample_weights_frequencies_across_blocks_and_zero_weights():
     freq = torch.bincount(draws, minlength=11) / 40_000
     assert freq[probs == 0].sum() == 0  # zero weights (and the all-zero block) are never drawn
     assert torch.allclose(freq, probs, atol=0.01)  # 4+ sigma at n = 40k
+    for index in (0, 5000, 151668):  # one positive weight, subnormal: rounding must not pick a zero weight
+        tiny_weight = torch.zeros((2000, 151669))
+        tiny_weight[:, index] = 1e-44
+        assert sample_weights(tiny_weight, g).unique().tolist() == [index]
     one_hot = torch.zeros((3, 2500))
     one_hot[[0, 1, 2], [2499, 0, 1024]] = 1.0  # last token of a partial block, first token, a block start
     assert sample_weights(one_hot, g).tolist() == [2499, 0, 1024]
