@@ -169,6 +169,16 @@ def test_reasoning_gym_source_is_seeded_and_sized():
         a[5]
 
 
+def test_reasoning_gym_sources_are_shared_per_dataset_seed_and_size():
+    # every env of a rollout batch builds its default tasks: one shared (immutable) source, not one per env
+    a = load_tasks("reasoning_gym:gsm_symbolic", seed=3, size=5)
+    assert load_tasks("reasoning-gym:gsm_symbolic", seed=3, size=5) is a
+    assert load_tasks("reasoning_gym:gsm_symbolic", seed=4, size=5) is not a
+    assert load_tasks("reasoning_gym:gsm_symbolic", seed=3, size=6) is not a
+    with pytest.raises(ValueError, match="seed must be an int, got True"):
+        load_tasks("reasoning_gym:gsm_symbolic", seed=True, size=5)  # not the cached seed=1 source
+
+
 def test_reasoning_gym_any_dataset_and_unknown_name():
     tasks = load_tasks("reasoning_gym:basic_arithmetic", size=3)
     assert tasks[0].data_source == "reasoning_gym/basic_arithmetic" and tasks[0].answer
