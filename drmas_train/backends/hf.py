@@ -7,8 +7,8 @@ the sampled token, and the token itself is drawn from the same scaled logits aft
 last position; position ids count real tokens only, so padding never changes a row's result beyond float
 rounding.
 
-Throughput (see ``benchmarks/perf/rollout_throughput.py``): equal prompts and the prefix common to a batch are
-prefilled once and the rest in length buckets (:mod:`drmas_train.backends.prefill`); a row leaves the decode
+Throughput (see ``benchmarks/perf/rollout_throughput.py``): equal prompts and prefixes shared within a batch are
+prefilled once, the rest in length buckets (:mod:`drmas_train.backends.prefill`); a row leaves the decode
 batch as soon as it finishes; the next token is drawn with one pass for the softmax normaliser and a two-level
 inverse CDF (:func:`sample_weights`) instead of a full-vocabulary cumulative sum.
 """

@@ -175,15 +175,21 @@ def can_stitch(model: Any) -> bool:
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
+def _right_aligned(seqs: Sequence[Sequence[int]], fill: int = 0) -> torch.Tensor:
+    """(B, max length) long: each sequence right-aligned, ``fill`` before it (0 is the store's padding row)."""
+    width = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), width), fill, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        if len(s):
+            out[b, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
+    return out
+
+
 def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, L) long ids and (B, L) long mask of left-padded sequences."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for b, s in enumerate(seqs):
-        ids[b, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
-        mask[b, width - len(s) :] = 1
-    return ids, mask
+    ids = _right_aligned(seqs, pad_id)
+    lengths = torch.as_tensor([len(s) for s in seqs]).unsqueeze(-1)
+    return ids, (torch.arange(ids.shape[1]) >= ids.shape[1] - lengths).long()
 
 
 @torch.no_grad()
@@ -426,16 +432,6 @@ def _tree_prefill(
         forwards=forwards,
         prefill_tokens=tokens,
     )
-
-
-def _right_aligned(spans: Sequence[Sequence[int]]) -> torch.Tensor:
-    """(B, max length) long: each span right-aligned, 0 (the store's padding row) before it."""
-    width = max(len(s) for s in spans)
-    index = torch.zeros((len(spans), width), dtype=torch.long)
-    for b, span in enumerate(spans):
-        if span:
-            index[b, width - len(span) :] = torch.as_tensor(span)
-    return index
 
 
 def _gather(
