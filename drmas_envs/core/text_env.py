@@ -245,8 +245,8 @@ class TextAECEnv(AECEnv):
                 prompt=seen["prompt"],
                 messages=tuple(seen["messages"]),
                 text=action,
-                valid=turn.valid,
-                penalty=penalty,
+                valid=bool(turn.valid),
+                penalty=float(penalty),
                 info=info,
             )
         )
