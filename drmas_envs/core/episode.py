@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from drmas_envs.core.task import Task
 
-__all__ = ["CallRecord", "EpisodeRecord", "episode_record"]
+__all__ = ["CallRecord", "EpisodeRecord", "episode_record", "play_episode"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,3 +192,44 @@ def episode_record(env: Any) -> EpisodeRecord:
     if method is None:
         raise TypeError(f"{type(raw).__name__} is not a drmas text env: it has no episode_record()")
     return method()
+
+
+def play_episode(
+    env: Any,
+    policies: Mapping[str, Callable[[Any], Any]],
+    *,
+    seed: int | None = None,
+    options: dict[str, Any] | None = None,
+    max_calls: int = 10_000,
+) -> EpisodeRecord:
+    """Play one episode of a drmas env (possibly wrapped) with one policy per agent; return its record.
+
+    The standard AEC loop: reset, then for the selected agent either the dead step ``step(None)`` or
+    ``step(policies[agent](env.observe(agent)))``, until no agent is left. Policies see (and return) what the
+    outermost wrapper shows; the record holds what the text env saw and received.
+
+    Args:
+        env: a drmas text env, possibly inside PettingZoo wrappers (DiscreteChoices, TokenSpaces, ...).
+        policies: agent id -> ``policy(observation) -> action`` for every agent that may act.
+        seed, options: passed to ``env.reset``.
+        max_calls: stop with an error after this many calls (guards against a non-terminating env).
+
+    Raises:
+        KeyError: an agent with no policy got the turn (the message names it).
+        RuntimeError: the episode did not end within ``max_calls`` calls.
+        TypeError: ``env`` is not a drmas text env (see :func:`episode_record`).
+    """
+    env.reset(seed=seed, options=options)
+    calls = 0
+    while env.agents:
+        agent = env.agent_selection
+        if env.terminations[agent] or env.truncations[agent]:
+            env.step(None)
+            continue
+        if calls >= max_calls:
+            raise RuntimeError(f"episode did not end within max_calls={max_calls} calls")
+        if agent not in policies:
+            raise KeyError(f"no policy for agent {agent!r}, whose turn it is; policies cover {sorted(policies)}")
+        env.step(policies[agent](env.observe(agent)))
+        calls += 1
+    return episode_record(env)
