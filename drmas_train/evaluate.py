@@ -33,9 +33,11 @@ import numpy as np
 from drmas_envs.core.episode import EpisodeRecord, play_episode
 from drmas_train.metrics import default_k_values, summarize_episodes
 from drmas_train.results import (
+    QA_INFO_KEYS,
     RunResult,
     config_hash,
     env_version,
+    episode_fields,
     episode_row,
     git_commit,
     load_run,
@@ -52,13 +54,6 @@ __all__ = [
     "openai_pool",
     "QA_INFO_KEYS",
 ]
-
-#: Where per-episode EM / F1 / number of searches are read from the episode's metrics (first key present).
-QA_INFO_KEYS: dict[str, tuple[str, ...]] = {
-    "em": ("em", "exact_match"),
-    "f1": ("f1", "token_f1"),
-    "num_searches": ("num_searches", "searches"),
-}
 
 #: Policies that need no model.
 SCRIPTED = ("oracle", "random", "no-search")
@@ -187,19 +182,9 @@ def _make_env(env_id: str, source: Any | None, env_kwargs: dict[str, Any]) -> An
     return make(env_id, **kwargs)
 
 
-def _qa_fields(metrics: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for field, keys in QA_INFO_KEYS.items():
-        for key in keys:
-            if isinstance(metrics.get(key), (int, float)) and not isinstance(metrics.get(key), bool):
-                out[field] = float(metrics[key])
-                break
-    return out
-
-
 @dataclasses.dataclass
 class _Played:
-    """One played episode and what the result row needs besides the record (tokens, seed, time)."""
+    """One played episode and what its result row needs besides the record (sample index, seed, time, tokens)."""
 
     episode: EpisodeRecord
     sample_index: int
@@ -208,30 +193,6 @@ class _Played:
     tokens_in: dict[str, int] = dataclasses.field(default_factory=dict)  # prompt tokens per agent (LLM only)
     tokens_out: dict[str, int] = dataclasses.field(default_factory=dict)  # response tokens per agent (LLM only)
     finish_reasons: list[str] | None = None  # per call (LLM only)
-
-
-def _episode_fields(played: _Played, *, transcripts: bool) -> dict[str, Any]:
-    """The result-schema fields of one episode (docs/results-schema.md), a view of its record."""
-    ep = played.episode
-    fields: dict[str, Any] = {
-        "data_source": ep.data_source,
-        "task_id": ep.task_id,
-        "num_turns": ep.num_turns,
-        "reward": float(ep.reward),
-        "won": bool(ep.won),
-        "returns": dict(ep.returns),
-        "calls": ep.calls_per_agent(),
-        "invalid_actions": ep.invalid_per_agent(),
-        "tokens_in": {a: played.tokens_in.get(a, 0) for a in ep.agents},
-        "tokens_out": {a: played.tokens_out.get(a, 0) for a in ep.agents},
-        "wall_time_s": played.wall_time_s,
-    }
-    if played.finish_reasons is not None:
-        fields.update(truncated=bool(ep.truncated), finish_reasons=list(played.finish_reasons))
-    fields.update(_qa_fields(dict(ep.metrics)))
-    if transcripts:
-        fields["transcript"] = [{"agent": c.agent_id, "text": c.text, "valid": c.valid} for c in ep.calls]
-    return fields
 
 
 def play_scripted(
@@ -247,7 +208,8 @@ def play_scripted(
     Raises:
         RuntimeError: the episode did not end within ``max_calls`` agent calls.
     """
-    return _episode_fields(_play_scripted(env, policy, task_index, seed, 0, max_calls), transcripts=True)
+    played = _play_scripted(env, policy, task_index, seed, 0, max_calls)
+    return episode_fields(played.episode, wall_time_s=played.wall_time_s, transcripts=True)
 
 
 def _play_scripted(env: Any, policy: Callable[[Any, str, random.Random], str], task_index: int, seed: int,
@@ -443,7 +405,14 @@ def _play(config: EvalConfig, run_id: str, progress: bool) -> list[dict[str, Any
                             seed=played.seed,
                             policy=config.policy,
                             agent_models=agent_models,
-                            **_episode_fields(played, transcripts=config.transcripts),
+                            **episode_fields(
+                                played.episode,
+                                wall_time_s=played.wall_time_s,
+                                tokens_in=played.tokens_in,
+                                tokens_out=played.tokens_out,
+                                finish_reasons=played.finish_reasons,
+                                transcripts=config.transcripts,
+                            ),
                         )
                     )
                     bar.update(1)
