@@ -3,14 +3,16 @@
 At every step the engine collects the pending call of every live env (PettingZoo AEC: the env's
 ``agent_selection``), groups the calls by model (:meth:`ModelPool.model_of`) and makes **one batched generate
 call per model**; each response text is fed back as that env's action. Envs finish at different times; a
-finished env simply stops contributing calls. Output: one :class:`~drmas_train.samples.Sample` per agent call
-and one :class:`TrajectoryRecord` per episode.
+finished env simply stops contributing calls. When an episode ends, the env's
+:class:`~drmas_envs.core.episode.EpisodeRecord` (calls, prompts, validity, penalties, outcome, task) is joined
+with the generations (token ids, log-probs, finish reasons): one :class:`~drmas_train.samples.Sample` per agent
+call and one :class:`TrajectoryRecord` (carrying the record) per episode.
 
 Grouping ids (the GRPO contract): the G rollouts of one task share ``uid``; different tasks of the batch —
 even two copies of the same task — get different ``uid``; ``traj_uid`` = ``f"{uid}/{g}"`` names one episode.
 
-Rewards: ``sample.reward = score - penalty`` where ``score`` is the episode reward (``infos["score"]`` at the
-end) and ``penalty`` that call's format penalty (``infos["penalty"]``), the Dr. MAS reference convention.
+Rewards: ``sample.reward = score - penalty`` where ``score`` is the episode reward ``R`` and ``penalty`` that
+call's format penalty (the record's per-call score), the Dr. MAS reference convention.
 """
 
 from __future__ import annotations
