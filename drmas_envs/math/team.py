@@ -6,11 +6,11 @@ The protocol of each env (who acts when) lives in its own module (``solver.py``,
 
 from __future__ import annotations
 
-import re
+import functools
 from collections.abc import Mapping
 from typing import Any
 
-from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
+from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn, tags
 from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
 from drmas_envs.math import prompts as P
 from drmas_envs.math.grading import MathGrader, extract_boxed
@@ -18,13 +18,10 @@ from drmas_envs.math.grading import MathGrader, extract_boxed
 __all__ = ["MathTeamEnv", "VerifiedTeamEnv", "parse_verdict", "VERDICTS"]
 
 VERDICTS = ("approve", "reject")
-_VERDICT_RE = re.compile(r"<verify>\s*(approve|reject)\s*</verify>", re.IGNORECASE)
 
-
-def parse_verdict(text: str) -> str | None:
-    """The last ``<verify>approve|reject</verify>`` verdict in ``text`` (case and inner spaces ignored), else None."""
-    found = _VERDICT_RE.findall(text)
-    return found[-1].lower() if found else None
+#: ``parse_verdict(text) -> "approve" | "reject" | None``: the last ``<verify>`` pair holding a verdict (case,
+#: whitespace and a trailing ``.``/``!`` ignored); :func:`drmas_envs.core.tags.parse_verdict` with the math words.
+parse_verdict = functools.partial(tags.parse_verdict, verdicts=VERDICTS, last=True)
 
 
 class MathTeamEnv(TextAECEnv):
