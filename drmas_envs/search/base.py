@@ -7,12 +7,12 @@ name an unknown keyword argument and what ``help()`` shows) is completed with th
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 from drmas_envs.core import TaskSource, TextAECEnv
+from drmas_envs.core.factories import complete_signature
 from drmas_envs.search.corpus import Passage
 from drmas_envs.search.parsing import MAX_ACTION_CHARS
 from drmas_envs.search.retrievers import Retriever
@@ -77,9 +77,4 @@ class SearchTextEnv(TextAECEnv):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        own = [p for p in list(inspect.signature(cls.__init__).parameters.values())[1:] if p.kind is not p.VAR_KEYWORD]
-        names = {p.name for p in own}
-        shared = [
-            p for p in list(inspect.signature(SearchTextEnv.__init__).parameters.values())[1:] if p.name not in names
-        ]
-        cls.__signature__ = inspect.Signature(own + shared)  # type: ignore[attr-defined]
+        complete_signature(cls, SearchTextEnv)
