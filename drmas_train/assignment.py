@@ -18,6 +18,7 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from drmas_train.backends.base import LOCAL_BACKENDS
 from drmas_train.models import LoadedModel, ModelSpec, load_model
 
 __all__ = ["AgentAssignment", "ModelPool", "build_models", "make_backend", "check_agents", "AssignmentError"]
@@ -192,7 +193,7 @@ def make_backend(loaded: LoadedModel, kind: str = "hf", **kwargs: Any) -> Any:
 
         return VLLMBackend.from_loaded(loaded, **kwargs)
     raise ValueError(
-        f"unknown backend {kind!r}; accepted: 'hf', 'vllm' (or pass a callable LoadedModel -> Backend)"
+        f"unknown backend {kind!r}; accepted: {', '.join(map(repr, LOCAL_BACKENDS))} (or pass a callable LoadedModel -> Backend)"
     )
 
 

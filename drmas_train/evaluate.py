@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from drmas_envs.core.episode import EpisodeRecord, play_episode
+from drmas_train.backends.base import LOCAL_BACKENDS, TRUNCATION_MODES
 from drmas_train.metrics import default_k_values, summarize_episodes
 from drmas_train.results import (
     QA_INFO_KEYS,
@@ -124,8 +125,10 @@ class EvalConfig:
             raise ValueError(f"unknown policy {self.policy!r}; accepted: {[*SCRIPTED, 'llm']}")
         if self.policy == "llm" and not self.model and not self.agent_models:
             raise ValueError("policy 'llm' needs a model: give model (every agent) and/or agent_models")
-        if self.backend not in ("hf", "vllm", "openai"):
-            raise ValueError(f"unknown backend {self.backend!r}; accepted: 'hf', 'vllm', 'openai'")
+        if self.backend not in (*LOCAL_BACKENDS, "openai"):
+            raise ValueError(f"unknown backend {self.backend!r}; accepted: {', '.join(map(repr, (*LOCAL_BACKENDS, 'openai')))}")
+        if self.truncation not in TRUNCATION_MODES:
+            raise ValueError(f"unknown truncation {self.truncation!r}; accepted: {', '.join(map(repr, TRUNCATION_MODES))}")
         if (self.backend == "openai") != (self.base_url is not None):
             raise ValueError("base_url goes with backend 'openai' and only with it (the server's URL, e.g. http://127.0.0.1:8000/v1)")
         if self.backend == "openai" and self.max_prompt_tokens is not None:
