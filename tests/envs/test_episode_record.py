@@ -8,6 +8,7 @@ import re
 import pytest
 from echo_env import EchoEnv
 
+import drmas_envs
 from drmas_envs.core import CallRecord, EpisodeRecord, episode_record
 
 
@@ -73,3 +74,26 @@ def test_record_through_wrappers_is_the_text_envs():
     env.step("ok")
     env.step("ok 1")
     assert [c.text for c in episode_record(env).calls] == ["ok", "ok 1"] and episode_record(env).won
+
+
+@pytest.mark.parametrize("env_id", sorted(drmas_envs.registry))
+def test_every_registered_env_reports_a_consistent_record(env_id):
+    from drmas_envs.testing import check_episode_record
+
+    check_episode_record(env_id)
+
+
+def test_check_episode_record_names_a_disagreement(monkeypatch):
+    from drmas_envs.core.text_env import TextAECEnv
+    from drmas_envs.testing import ConformanceError, check_episode_record
+
+    original = TextAECEnv.episode_record
+
+    def lying(self):
+        import dataclasses
+
+        return dataclasses.replace(original(self), won=not original(self).won)
+
+    monkeypatch.setattr(TextAECEnv, "episode_record", lying)
+    with pytest.raises(ConformanceError, match=r"math-solver-v0: episode record \(seed 0\) won is"):
+        check_episode_record("math-solver-v0")
