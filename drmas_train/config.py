@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from drmas_train.assignment import agent_mismatch
 from drmas_train.backends.base import LOCAL_BACKENDS, TRUNCATION_MODES
 from drmas_train.models import DTYPES
 
@@ -356,9 +357,8 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
         _check(m.dtype in DTYPES, f"models.{key}.dtype={m.dtype!r}; accepted: {', '.join(DTYPES)}")
         _check(m.backend in LOCAL_BACKENDS, f"models.{key}.backend={m.backend!r}; accepted: {', '.join(LOCAL_BACKENDS)}")
     if env_agents is not None:
-        missing = [x for x in env_agents if x not in cfg.agents]
+        extra, missing = agent_mismatch(cfg.agents, env_agents)
         _check(not missing, f"env {cfg.env.id!r} agent(s) {missing} have no model; add agents.<agent>=<model key>")
-        extra = [x for x in cfg.agents if x not in env_agents]
         _check(not extra, f"agents {extra} are not agents of env {cfg.env.id!r}; its agents: {list(env_agents)}")
 
 
