@@ -66,7 +66,6 @@ def test_rollout_trajectories_carry_the_record_behind_their_samples():
     assert [r["ground_truth"] for r in rows["b"]] == [["1"], ["1"], ["4"], ["4"]]
 
 
-@pytest.mark.slow  # builds a tiny model and the synthetic search corpus (~20 s on 2 busy cores)
 def test_llm_eval_of_a_search_env_on_its_default_tasks(tmp_path):
     """Regression: LLM eval made each env from the probe's task list alone, so a search env lost its corpus."""
     import torch
