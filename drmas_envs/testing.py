@@ -13,6 +13,9 @@ r"""Conformance checks every registered drmas env must pass: :func:`check_env`.
    the in-process one (env workers run in other processes; set/dict-order bugs show up here, as in Gymnasium's
    ``Text`` test). Needs JSON-serialisable ``kwargs``.
 
+Separately, :func:`check_episode_record` checks that ``episode_record()`` agrees with what the AEC API reported
+(calls, texts, validity, penalties, final ``score``/``won``, per-agent returns) and round-trips through JSON.
+
 Each check raises ``AssertionError`` (PettingZoo's) or :class:`ConformanceError` naming the env and the first
 difference. It returns the seconds each check took.
 
@@ -39,6 +42,7 @@ __all__ = [
     "transcript_json",
     "cross_process_transcripts",
     "compare_transcripts",
+    "check_episode_record",
     "check_env",
 ]
 
@@ -169,6 +173,49 @@ def compare_transcripts(env_id: str, expected: str, by_hash_seed: dict[int, dict
                 f"{env_id}: transcript under PYTHONHASHSEED={hash_seed} differs from this process: "
                 + _first_difference(expected, got)
             )
+
+
+def check_episode_record(env_id: str, *, seeds: tuple[int, ...] = (0, 1, 2), max_steps: int = 64, **kwargs: Any) -> None:
+    """Play :data:`SCRIPTED_ACTIONS` episodes and check the env's record against the AEC API's own reports.
+
+    Raises:
+        ConformanceError: naming the env, the seed and the first field where the record disagrees.
+    """
+    from drmas_envs.core.episode import EpisodeRecord, episode_record
+
+    env = drmas_envs.make(env_id, **kwargs)
+    step = 0
+    for seed in seeds:
+        env.reset(seed=seed)
+        seen: list[tuple[str, str, bool, float]] = []  # (agent, action, valid, penalty) as the AEC API reported
+        final: dict[str, Any] = {}
+        for n, agent in enumerate(env.agent_iter()):
+            if n >= max_steps:
+                raise ConformanceError(f"{env_id}: episode with seed {seed} did not end within {max_steps} steps")
+            _, _, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                env.step(None)
+                continue
+            action = SCRIPTED_ACTIONS[step % len(SCRIPTED_ACTIONS)]
+            step += 1
+            env.step(action)
+            info = env.infos[agent]
+            seen.append((agent, action, bool(info["is_action_valid"]), float(info["penalty"])))
+            final = dict(info) if "score" in info else final
+        record = episode_record(env)
+        got = [(c.agent_id, c.text, c.valid, c.penalty) for c in record.calls]
+        checks = [
+            ("calls", got, seen),
+            ("reward", record.reward, final.get("score")),
+            ("won", record.won, final.get("won")),
+            ("returns", dict(record.returns), {a: float(r) for a, r in env.unwrapped.episode_returns.items()}),
+            ("scores", [c.score for c in record.calls], [record.reward - c.penalty for c in record.calls]),
+            ("json round trip", EpisodeRecord.from_dict(json.loads(json.dumps(record.to_dict()))), record),
+        ]
+        for name, value, expected in checks:
+            if value != expected:
+                raise ConformanceError(f"{env_id}: episode record (seed {seed}) {name} is {value!r}, expected {expected!r}")
+    env.close()
 
 
 def check_env(

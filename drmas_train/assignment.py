@@ -18,9 +18,18 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from drmas_train.backends.base import LOCAL_BACKENDS
 from drmas_train.models import LoadedModel, ModelSpec, load_model
 
-__all__ = ["AgentAssignment", "ModelPool", "build_models", "make_backend", "check_agents", "AssignmentError"]
+__all__ = [
+    "AgentAssignment",
+    "ModelPool",
+    "build_models",
+    "make_backend",
+    "check_agents",
+    "agent_mismatch",
+    "AssignmentError",
+]
 
 WILDCARD = "*"
 
@@ -29,28 +38,37 @@ class AssignmentError(ValueError):
     """An agent -> model assignment that does not fit the env (unknown agent, agent without a model, ...)."""
 
 
+def agent_mismatch(assigned: Iterable[str], env_agents: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Compare assigned agent ids with an env's ``possible_agents`` (the one place this comparison is made).
+
+    Returns:
+        ``(unknown, missing)``: assigned ids the env does not have (``"*"`` excluded), in assignment order, and env
+        agents without a model, in env order (none when ``"*"`` gives a default).
+    """
+    assigned, env_agents = list(assigned), list(env_agents)
+    unknown = [a for a in assigned if a != WILDCARD and a not in env_agents]
+    missing = [] if WILDCARD in assigned else [a for a in env_agents if a not in assigned]
+    return unknown, missing
+
+
 def check_agents(assigned: Iterable[str], env_agents: Sequence[str], env_name: str = "the env") -> None:
-    """Check assigned agent ids against an env's ``possible_agents``.
+    """Check assigned agent ids against an env's ``possible_agents`` (:func:`agent_mismatch`).
 
     Raises:
         AssignmentError: an assigned agent the env does not have (with the closest name), or an env agent
             without a model (when there is no ``"*"`` default).
     """
-    assigned, env_agents = list(assigned), list(env_agents)
-    for agent in assigned:
-        if agent != WILDCARD and agent not in env_agents:
-            close = difflib.get_close_matches(agent, env_agents, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise AssignmentError(
-                f"unknown agent {agent!r} for {env_name}: its agents are {env_agents}{hint}"
-            )
-    if WILDCARD not in assigned:
-        missing = [a for a in env_agents if a not in assigned]
-        if missing:
-            raise AssignmentError(
-                f"agent(s) {missing} of {env_name} have no model; assign each agent of {env_agents} "
-                f"or give a default with the key '*'"
-            )
+    env_agents = list(env_agents)
+    unknown, missing = agent_mismatch(assigned, env_agents)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], env_agents, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise AssignmentError(f"unknown agent {unknown[0]!r} for {env_name}: its agents are {env_agents}{hint}")
+    if missing:
+        raise AssignmentError(
+            f"agent(s) {missing} of {env_name} have no model; assign each agent of {env_agents} "
+            f"or give a default with the key '*'"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +210,7 @@ def make_backend(loaded: LoadedModel, kind: str = "hf", **kwargs: Any) -> Any:
 
         return VLLMBackend.from_loaded(loaded, **kwargs)
     raise ValueError(
-        f"unknown backend {kind!r}; accepted: 'hf', 'vllm' (or pass a callable LoadedModel -> Backend)"
+        f"unknown backend {kind!r}; accepted: {', '.join(map(repr, LOCAL_BACKENDS))} (or pass a callable LoadedModel -> Backend)"
     )
 
 

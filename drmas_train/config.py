@@ -21,6 +21,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from drmas_train.assignment import agent_mismatch
+from drmas_train.backends.base import LOCAL_BACKENDS, TRUNCATION_MODES
+from drmas_train.models import DTYPES
+
 __all__ = [
     "ConfigError",
     "LoraConfig",
@@ -29,7 +33,7 @@ __all__ = [
     "RolloutConfig",
     "AlgorithmConfig",
     "OptimConfig",
-    "EvalConfig",
+    "ValidationConfig",
     "RunConfig",
     "TrainConfig",
     "DEFAULT_PRESET",
@@ -169,8 +173,11 @@ class OptimConfig:
 
 
 @dataclass
-class EvalConfig:
-    """Periodic validation: avg@k / pass@k on held-out tasks."""
+class ValidationConfig:
+    """Periodic validation during training (the ``eval:`` section): avg@k / pass@k on held-out tasks.
+
+    Not to be confused with :class:`drmas_train.evaluate.EvalConfig`, the configuration of ``drmas eval``.
+    """
 
     every: int = 0
     """iterations between evaluations (0 = never; also run at the end when > 0)."""
@@ -221,7 +228,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    eval: ValidationConfig = field(default_factory=ValidationConfig)
 
 
 def _configs_dir():
@@ -333,7 +340,7 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     for key in ("batch_size", "group_size", "max_new_tokens", "max_prompt_tokens"):
         _check(getattr(r, key) >= 1, f"rollout.{key} must be >= 1, got {getattr(r, key)}")
     _check(r.temperature > 0, f"rollout.temperature must be > 0 for training, got {r.temperature}")
-    _check(r.truncation in ("left", "middle", "error"), f"rollout.truncation={r.truncation!r}; accepted: left, middle, error")
+    _check(r.truncation in TRUNCATION_MODES, f"rollout.truncation={r.truncation!r}; accepted: {', '.join(TRUNCATION_MODES)}")
     _check(o.lr > 0 and o.grad_clip > 0, f"optim.lr and optim.grad_clip must be > 0, got {o.lr}, {o.grad_clip}")
     _check(len(o.betas) == 2, f"optim.betas must be two numbers, got {o.betas}")
     _check(o.micro_batch_tokens >= 1, f"optim.micro_batch_tokens must be >= 1, got {o.micro_batch_tokens}")
@@ -347,12 +354,11 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"agents.{agent}={key!r} names no model; defined models: {sorted(cfg.models)}.{hint}")
     for key, m in cfg.models.items():
-        _check(m.dtype in ("float32", "bfloat16", "float16"), f"models.{key}.dtype={m.dtype!r}; accepted: float32, bfloat16, float16")
-        _check(m.backend in ("hf", "vllm"), f"models.{key}.backend={m.backend!r}; accepted: hf, vllm")
+        _check(m.dtype in DTYPES, f"models.{key}.dtype={m.dtype!r}; accepted: {', '.join(DTYPES)}")
+        _check(m.backend in LOCAL_BACKENDS, f"models.{key}.backend={m.backend!r}; accepted: {', '.join(LOCAL_BACKENDS)}")
     if env_agents is not None:
-        missing = [x for x in env_agents if x not in cfg.agents]
+        extra, missing = agent_mismatch(cfg.agents, env_agents)
         _check(not missing, f"env {cfg.env.id!r} agent(s) {missing} have no model; add agents.<agent>=<model key>")
-        extra = [x for x in cfg.agents if x not in env_agents]
         _check(not extra, f"agents {extra} are not agents of env {cfg.env.id!r}; its agents: {list(env_agents)}")
 
 

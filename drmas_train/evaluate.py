@@ -1,13 +1,19 @@
 """Evaluation: play a policy on env ids x task sources, k samples per task, and write a results directory.
 
-Policies: a scripted baseline (:mod:`drmas_train.baselines`: ``oracle``, ``random``, ``no-search``), played
-one episode at a time; or ``llm``: LLM agents with a per-agent model assignment (:mod:`drmas_train.models`),
-played in lock-step batches by the rollout engine (:func:`drmas_train.rollout.rollout`).
+One play loop serves every policy kind: for each env id and task source, tasks are taken in batches of
+``EvalConfig.batch_tasks`` and each batch is played ``k`` times by a *player*, which returns one
+:class:`~drmas_envs.core.episode.EpisodeRecord` per episode; every result row is a view of one record.
 
-Seeds are fixed: episode ``(source s, task i, sample j)`` of a run with ``seed`` uses
-``SeedSequence([seed, s, i, j])`` (:func:`episode_seed`) for the env and the scripted policy; LLM sampling
-uses the rollout engine's seeding from ``seed``. The reference's validation defaults are temperature 0.6,
-top-p 0.95, k = 16 (:class:`EvalConfig`).
+* scripted baselines (:mod:`drmas_train.baselines`: ``oracle``, ``random``, ``no-search``) are played one
+  episode at a time (:func:`~drmas_envs.core.episode.play_episode`);
+* ``llm``: LLM agents with a per-agent model assignment (:mod:`drmas_train.models`; ``EvalConfig.model`` is
+  every agent's default, key ``"*"``, ``EvalConfig.agent_models`` overrides it per agent; agents naming the
+  same model share one backend) are played in lock-step batches by :func:`drmas_train.rollout.rollout`.
+
+Seeds are fixed: scripted episode ``(source s, task i, sample j)`` of a run with ``seed`` uses
+``SeedSequence([seed, s, i, j])`` (:func:`episode_seed`) for the env and the policy; LLM batch ``b`` of source
+``s`` is one rollout seeded with ``episode_seed(seed, s, b, 0)`` (recorded as each row's ``seed``). The
+reference's validation defaults are temperature 0.6, top-p 0.95, k = 16 (:class:`EvalConfig`).
 
 Output: :func:`drmas_train.results.write_run` (``summary.json`` + ``episodes.jsonl``, docs/results-schema.md).
 """
@@ -18,32 +24,37 @@ import dataclasses
 import random
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from drmas_envs.core.episode import EpisodeRecord, play_episode
+from drmas_train.backends.base import LOCAL_BACKENDS, TRUNCATION_MODES
 from drmas_train.metrics import default_k_values, summarize_episodes
 from drmas_train.results import (
+    QA_INFO_KEYS,
     RunResult,
     config_hash,
     env_version,
+    episode_fields,
     episode_row,
     git_commit,
     load_run,
     write_run,
 )
 
-__all__ = ["EvalConfig", "episode_seed", "play_scripted", "evaluate", "build_summary", "QA_INFO_KEYS"]
-
-#: Where per-episode EM / F1 / number of searches are read from the env's final infos (first key present).
-QA_INFO_KEYS: dict[str, tuple[str, ...]] = {
-    "em": ("em", "exact_match"),
-    "f1": ("f1", "token_f1"),
-    "num_searches": ("num_searches", "searches"),
-}
+__all__ = [
+    "EvalConfig",
+    "episode_seed",
+    "play_scripted",
+    "evaluate",
+    "build_summary",
+    "agent_model_mapping",
+    "openai_pool",
+    "QA_INFO_KEYS",
+]
 
 #: Policies that need no model.
 SCRIPTED = ("oracle", "random", "no-search")
@@ -114,8 +125,10 @@ class EvalConfig:
             raise ValueError(f"unknown policy {self.policy!r}; accepted: {[*SCRIPTED, 'llm']}")
         if self.policy == "llm" and not self.model and not self.agent_models:
             raise ValueError("policy 'llm' needs a model: give model (every agent) and/or agent_models")
-        if self.backend not in ("hf", "vllm", "openai"):
-            raise ValueError(f"unknown backend {self.backend!r}; accepted: 'hf', 'vllm', 'openai'")
+        if self.backend not in (*LOCAL_BACKENDS, "openai"):
+            raise ValueError(f"unknown backend {self.backend!r}; accepted: {', '.join(map(repr, (*LOCAL_BACKENDS, 'openai')))}")
+        if self.truncation not in TRUNCATION_MODES:
+            raise ValueError(f"unknown truncation {self.truncation!r}; accepted: {', '.join(map(repr, TRUNCATION_MODES))}")
         if (self.backend == "openai") != (self.base_url is not None):
             raise ValueError("base_url goes with backend 'openai' and only with it (the server's URL, e.g. http://127.0.0.1:8000/v1)")
         if self.backend == "openai" and self.max_prompt_tokens is not None:
@@ -172,14 +185,17 @@ def _make_env(env_id: str, source: Any | None, env_kwargs: dict[str, Any]) -> An
     return make(env_id, **kwargs)
 
 
-def _qa_fields(info: dict[str, Any]) -> dict[str, float]:
-    out = {}
-    for field, keys in QA_INFO_KEYS.items():
-        for key in keys:
-            if isinstance(info.get(key), (int, float)) and not isinstance(info.get(key), bool):
-                out[field] = float(info[key])
-                break
-    return out
+@dataclasses.dataclass
+class _Played:
+    """One played episode and what its result row needs besides the record (sample index, seed, time, tokens)."""
+
+    episode: EpisodeRecord
+    sample_index: int
+    seed: int
+    wall_time_s: float
+    tokens_in: dict[str, int] = dataclasses.field(default_factory=dict)  # prompt tokens per agent (LLM only)
+    tokens_out: dict[str, int] = dataclasses.field(default_factory=dict)  # response tokens per agent (LLM only)
+    finish_reasons: list[str] | None = None  # per call (LLM only)
 
 
 def play_scripted(
@@ -195,92 +211,217 @@ def play_scripted(
     Raises:
         RuntimeError: the episode did not end within ``max_calls`` agent calls.
     """
+    played = _play_scripted(env, policy, task_index, seed, 0, max_calls)
+    return episode_fields(played.episode, wall_time_s=played.wall_time_s, transcripts=True)
+
+
+def _play_scripted(env: Any, policy: Callable[[Any, str, random.Random], str], task_index: int, seed: int,
+                   sample_index: int, max_calls: int = 1000) -> _Played:  # fmt: skip
     t0 = time.perf_counter()
-    env.reset(seed=seed, options={"task_index": task_index})
-    raw = getattr(env, "unwrapped", env)
+    raw = getattr(env, "unwrapped", env)  # scripted policies read the bare env (the oracle reads its task)
     rng = random.Random(seed)
-    final: dict[str, Any] | None = None
-    for n_iter, agent in enumerate(env.agent_iter()):
-        if n_iter > 2 * max_calls + 10:
-            raise RuntimeError(f"episode did not end within {max_calls} calls (task_index={task_index}, seed={seed})")
-        _, _, term, trunc, _ = env.last()
-        if term or trunc:
-            env.step(None)
-            continue
-        env.step(policy(raw, agent, rng))
-        if final is None and all(env.terminations[a] or env.truncations[a] for a in env.agents):
-            final = dict(env.infos[agent])
-    if final is None:
-        raise RuntimeError(f"episode ended without a final info (task_index={task_index}); is the env a drmas env?")
-    calls = Counter(r.agent for r in raw.history)
-    invalid = Counter(r.agent for r in raw.history if not r.valid)
-    agents = list(raw.possible_agents)
-    return {
-        "data_source": raw.task.data_source,
-        "task_id": raw.task.task_id,
-        "num_turns": int(raw.num_turns),
-        "reward": float(final["score"]),
-        "won": bool(final["won"]),
-        "returns": {a: float(v) for a, v in raw.episode_returns.items()},
-        "calls": {a: calls[a] for a in agents},
-        "invalid_actions": {a: invalid[a] for a in agents},
-        "tokens_in": dict.fromkeys(agents, 0),
-        "tokens_out": dict.fromkeys(agents, 0),
-        "wall_time_s": time.perf_counter() - t0,
-        **_qa_fields(final),
-        "transcript": [{"agent": r.agent, "text": r.text, "valid": r.valid} for r in raw.history],
-    }
+    policies = {a: (lambda obs, a=a: policy(raw, a, rng)) for a in raw.possible_agents}
+    episode = play_episode(env, policies, seed=seed, options={"task_index": task_index}, max_calls=max_calls)
+    return _Played(episode, sample_index, seed, time.perf_counter() - t0)
 
 
-def _sources(config: EvalConfig) -> list[Any | None]:
-    if not config.data:
-        return [None]
-    from drmas_envs.data import load_tasks
-
-    return [load_tasks(spec, limit=config.limit) for spec in config.data]
-
-
-def _progress(total: int, enabled: bool, desc: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, disable=not enabled, desc=desc, unit="ep", dynamic_ncols=True)
+def agent_model_mapping(config: EvalConfig) -> dict[str, Any]:
+    """``{"*": model, **agent_models}`` (the default first, then the per-agent overrides)."""
+    mapping: dict[str, Any] = {}
+    if config.model:
+        mapping["*"] = config.model
+    mapping.update(config.agent_models)
+    return mapping
 
 
-def _run_scripted(config: EvalConfig, run_id: str, progress: bool) -> list[dict[str, Any]]:
-    from drmas_train.baselines import get_baseline
+def openai_pool(mapping: dict[str, Any], env_agents: list[str], base_url: str) -> Any:
+    """A :class:`~drmas_train.assignment.ModelPool` of OpenAI-compatible clients, one per distinct model name.
 
-    policy = get_baseline(config.policy)
-    rows: list[dict[str, Any]] = []
-    sources = _sources(config)
-    plan = []
+    Nothing is loaded locally: each model name is the server's. Token ids are those the server returns (else empty).
+
+    Raises:
+        AssignmentError: an agent without a model, or a model for an agent the env lacks.
+        ValueError: a model given as a dict of ModelSpec fields (only names make sense for a server).
+    """
+    from drmas_train.assignment import ModelPool, check_agents
+    from drmas_train.backends.openai import OpenAIBackend
+
+    if any(not isinstance(m, str) for m in mapping.values()):
+        raise ValueError("backend 'openai' takes model names (the server's), not ModelSpec dicts")
+    check_agents(mapping, env_agents)
+    names = {a: mapping.get(a, mapping.get("*")) for a in env_agents}
+    return ModelPool(
+        models={}, backends={m: OpenAIBackend(base_url, m) for m in sorted(set(names.values()))}, agent_model_ids=names
+    )
+
+
+@dataclasses.dataclass
+class _Target:
+    """One (env id, task source) cell of the run: how to make its envs and which tasks to play."""
+
+    env_id: str
+    source_index: int
+    source: Any | None  # what --data loaded, or None for the env's own default tasks
+    tasks: Any  # the env's task source
+    num_tasks: int  # tasks to play (the first ``limit``)
+    agents: tuple[str, ...]
+
+    def make_env(self, config: EvalConfig) -> Any:
+        return _make_env(self.env_id, self.source, config.env_kwargs)
+
+
+def _targets(config: EvalConfig) -> list[_Target]:
+    sources: list[Any | None] = [None]
+    if config.data:
+        from drmas_envs.data import load_tasks
+
+        sources = [load_tasks(spec, limit=config.limit) for spec in config.data]
+    targets = []
     for env_id in config.envs:
         for s_idx, source in enumerate(sources):
-            env = _make_env(env_id, source, config.env_kwargs)
-            n = len(getattr(env, "unwrapped", env).tasks)
-            plan.append((env_id, s_idx, env, n if config.limit is None else min(n, config.limit)))
-    total = sum(n for *_, n in plan) * config.k
-    with _progress(total, progress, f"eval {config.display_label()}") as bar:
-        for env_id, s_idx, env, n_tasks in plan:
-            agents = list(getattr(env, "unwrapped", env).possible_agents)
-            for t_idx in range(n_tasks):
-                for j in range(config.k):
-                    seed = episode_seed(config.seed, s_idx, t_idx, j)
-                    ep = play_scripted(env, policy, t_idx, seed)
-                    if not config.transcripts:
-                        ep.pop("transcript")
+            probe = _make_env(env_id, source, config.env_kwargs)
+            raw = getattr(probe, "unwrapped", probe)
+            n = len(raw.tasks) if config.limit is None else min(len(raw.tasks), config.limit)
+            targets.append(_Target(env_id, s_idx, source, raw.tasks, n, tuple(raw.possible_agents)))
+            probe.close()
+    return targets
+
+
+class _ScriptedPlayer:
+    """Plays a scripted baseline one episode at a time, on one env per target."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        from drmas_train.baselines import get_baseline
+
+        self.config, self.policy = config, get_baseline(config.policy)
+        self._env: tuple[_Target, Any] | None = None
+
+    def agent_models(self, target: _Target) -> dict[str, str]:
+        return dict.fromkeys(target.agents, self.config.policy)
+
+    def play(self, target: _Target, task_indices: range, batch_index: int) -> list[_Played]:
+        if self._env is None or self._env[0] is not target:
+            self.close()
+            self._env = (target, target.make_env(self.config))
+        env, k, seed = self._env[1], self.config.k, self.config.seed
+        return [
+            _play_scripted(env, self.policy, t, episode_seed(seed, target.source_index, t, j), j)
+            for t in task_indices
+            for j in range(k)
+        ]
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env[1].close()
+            self._env = None
+
+
+class _LLMPlayer:
+    """Plays LLM agents in lock-step batches (one rollout per batch of tasks); one model pool per agent set."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        from drmas_train.backends.base import SamplingParams
+
+        self.config, self.mapping, self.pools = config, agent_model_mapping(config), {}
+        self.sampling = SamplingParams(
+            temperature=config.temperature, top_p=config.top_p, top_k=config.top_k, max_new_tokens=config.max_new_tokens
+        )
+
+    def pool(self, target: _Target) -> Any:
+        from drmas_train.assignment import build_models
+
+        if target.agents not in self.pools:
+            agents = list(target.agents)
+            self.pools[target.agents] = (
+                openai_pool(self.mapping, agents, self.config.base_url)
+                if self.config.backend == "openai"
+                else build_models(self.mapping, env_agents=agents, backend=self.config.backend)
+            )
+        return self.pools[target.agents]
+
+    def agent_models(self, target: _Target) -> dict[str, str]:
+        ids = self.pool(target).agent_model_ids
+        return {a: ids.get(a, "") for a in target.agents}
+
+    def play(self, target: _Target, task_indices: range, batch_index: int) -> list[_Played]:
+        from drmas_train.rollout import rollout
+
+        config, envs = self.config, []
+
+        def env_fn() -> Any:
+            envs.append(target.make_env(config))
+            return envs[-1]
+
+        seed = episode_seed(config.seed, target.source_index, batch_index, 0)
+        try:
+            result = rollout(env_fn, [target.tasks[i] for i in task_indices], config.k, self.pool(target), self.sampling,
+                             seed=seed, max_prompt_tokens=config.max_prompt_tokens, truncation=config.truncation,
+                             progress=False)  # fmt: skip
+        finally:
+            for env in envs:
+                env.close()
+        by_traj: dict[str, list[Any]] = {t.traj_uid: [] for t in result.trajectories}
+        for s in result.samples:
+            by_traj[s.traj_uid].append(s)
+        played = []
+        for traj in result.trajectories:
+            calls = by_traj[traj.traj_uid]
+            tokens_in: dict[str, int] = {}
+            tokens_out: dict[str, int] = {}
+            for s in calls:
+                tokens_in[s.agent_id] = tokens_in.get(s.agent_id, 0) + len(s.prompt_ids)
+                tokens_out[s.agent_id] = tokens_out.get(s.agent_id, 0) + len(s.response_ids)
+            played.append(
+                _Played(traj.episode, int(traj.traj_uid.rsplit("/", 1)[1]), seed, float(traj.wall_time_s),
+                        tokens_in, tokens_out, [s.finish_reason for s in calls])  # fmt: skip
+            )
+        return played
+
+    def close(self) -> None:
+        pass
+
+
+def _play(config: EvalConfig, run_id: str, progress: bool) -> list[dict[str, Any]]:
+    """The play loop of every policy kind: targets x task batches -> records -> result rows.
+
+    Returns:
+        episode rows of the result schema, ordered by env, source, task, sample.
+    """
+    from tqdm.auto import tqdm
+
+    player = _LLMPlayer(config) if config.policy == "llm" else _ScriptedPlayer(config)
+    targets = _targets(config)
+    rows: list[dict[str, Any]] = []
+    total = sum(t.num_tasks for t in targets) * config.k
+    bar = tqdm(total=total, disable=not progress, desc=f"eval {config.display_label()}", unit="ep", dynamic_ncols=True)
+    try:
+        for target in targets:
+            agent_models = player.agent_models(target)
+            for b, start in enumerate(range(0, target.num_tasks, config.batch_tasks)):
+                batch = range(start, min(start + config.batch_tasks, target.num_tasks))
+                for played in player.play(target, batch, b):
                     rows.append(
                         episode_row(
                             run_id=run_id,
-                            env_id=env_id,
-                            sample_index=j,
-                            seed=seed,
+                            env_id=target.env_id,
+                            sample_index=played.sample_index,
+                            seed=played.seed,
                             policy=config.policy,
-                            agent_models=dict.fromkeys(agents, config.policy),
-                            **ep,
+                            agent_models=agent_models,
+                            **episode_fields(
+                                played.episode,
+                                wall_time_s=played.wall_time_s,
+                                tokens_in=played.tokens_in,
+                                tokens_out=played.tokens_out,
+                                finish_reasons=played.finish_reasons,
+                                transcripts=config.transcripts,
+                            ),
                         )
                     )
                     bar.update(1)
-            env.close()
+    finally:
+        player.close()
+        bar.close()
     return rows
 
 
@@ -333,12 +474,7 @@ def evaluate(config: EvalConfig, out_dir: str | Path, *, progress: bool = True) 
         raise ResultsError(f"{out} already holds a run (summary.json exists); choose a new --out directory")
     run_id = uuid.uuid4().hex[:12]
     t0 = time.perf_counter()
-    if config.policy == "llm":
-        from drmas_train.llm_eval import run_llm
-
-        rows = run_llm(config, run_id, progress)
-    else:
-        rows = _run_scripted(config, run_id, progress)
+    rows = _play(config, run_id, progress)
     wall = time.perf_counter() - t0
     summary = build_summary(config, rows, run_id=run_id, wall_time_s=wall)
     write_run(out, summary, rows)

@@ -42,7 +42,8 @@ __all__ = [
 #: Named models resolvable offline (see the module docstring).
 NAMED_MODELS = ("smollm2-135m-instruct", "tiny-qwen3", "tiny-llama")
 
-_DTYPES = ("float32", "bfloat16", "float16")
+#: Accepted ``ModelSpec.dtype`` names.
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 class ModelNotFoundError(OSError):
@@ -82,8 +83,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name_or_path, str) or not self.name_or_path.strip():
             raise ValueError(f"ModelSpec.name_or_path must be a non-empty string, got {self.name_or_path!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"ModelSpec.dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"ModelSpec.dtype must be one of {DTYPES}, got {self.dtype!r}")
 
     def key(self) -> tuple:
         """Hashable identity: agents whose specs have equal keys share one model."""

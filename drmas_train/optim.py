@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from drmas_train.token_budget import pack_by_token_budget
+
 __all__ = ["ModelOptimizer", "build_optimizer", "micro_batches"]
 
 
@@ -33,22 +35,7 @@ def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     Raises:
         ValueError: ``token_budget < 1``.
     """
-    if token_budget < 1:
-        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    out: list[list[int]] = []
-    current: list[int] = []
-    longest = 0
-    for i in order:
-        grown = max(longest, lengths[i])
-        if current and grown * (len(current) + 1) > token_budget:
-            out.append(current)
-            current, grown = [], lengths[i]
-        current.append(i)
-        longest = grown
-    if current:
-        out.append(current)
-    return out
+    return pack_by_token_budget(lengths, token_budget)
 
 
 @dataclass

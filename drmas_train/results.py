@@ -21,7 +21,10 @@ import json
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from drmas_envs.core.episode import EpisodeRecord
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -35,6 +38,8 @@ __all__ = [
     "write_run",
     "load_run",
     "episode_row",
+    "episode_fields",
+    "QA_INFO_KEYS",
 ]
 
 #: Bump when a field changes meaning or a required field is added/removed; document the change in
@@ -167,6 +172,68 @@ def episode_row(**fields: Any) -> dict[str, Any]:
     if missing:
         raise ValueError(f"episode row is missing required field(s) {missing}; see docs/results-schema.md")
     return row
+
+
+#: Where per-episode EM / F1 / number of searches are read from the episode's metrics (first key present).
+QA_INFO_KEYS: dict[str, tuple[str, ...]] = {
+    "em": ("em", "exact_match"),
+    "f1": ("f1", "token_f1"),
+    "num_searches": ("num_searches", "searches"),
+}
+
+
+def episode_fields(
+    episode: EpisodeRecord,
+    *,
+    wall_time_s: float,
+    tokens_in: Mapping[str, int] | None = None,
+    tokens_out: Mapping[str, int] | None = None,
+    finish_reasons: Iterable[str] | None = None,
+    transcripts: bool = False,
+) -> dict[str, Any]:
+    """The per-episode fields of a result row, a view of the env's record (docs/results-schema.md).
+
+    Args:
+        episode: the played episode (:class:`~drmas_envs.core.episode.EpisodeRecord`).
+        wall_time_s: seconds the episode took.
+        tokens_in, tokens_out: prompt / response tokens per agent (0 for agents not listed: no tokenizer).
+        finish_reasons: ``"stop"``/``"length"`` per call (LLM runs); when given, ``truncated`` and
+            ``finish_reasons`` are added.
+        transcripts: add ``transcript`` (``[{"agent", "text", "valid"}, ...]``).
+
+    Returns:
+        ``data_source``, ``task_id``, ``num_turns``, ``reward``, ``won``, ``returns``, ``calls``,
+        ``invalid_actions``, ``tokens_in``, ``tokens_out``, ``wall_time_s``, the QA fields found in the
+        episode's metrics (:data:`QA_INFO_KEYS`) and the optional fields above. Add the run's fields and pass
+        the result to :func:`episode_row`.
+    """
+    tokens_in, tokens_out = tokens_in or {}, tokens_out or {}
+    fields: dict[str, Any] = {
+        "data_source": episode.data_source,
+        "task_id": episode.task_id,
+        "num_turns": episode.num_turns,
+        "reward": float(episode.reward),
+        "won": bool(episode.won),
+        "returns": dict(episode.returns),
+        "calls": episode.calls_per_agent(),
+        "invalid_actions": episode.invalid_per_agent(),
+        "tokens_in": {a: tokens_in.get(a, 0) for a in episode.agents},
+        "tokens_out": {a: tokens_out.get(a, 0) for a in episode.agents},
+        "wall_time_s": wall_time_s,
+    }
+    if finish_reasons is not None:
+        fields.update(truncated=bool(episode.truncated), finish_reasons=list(finish_reasons))
+    for field, keys in QA_INFO_KEYS.items():
+        value = next((episode.metrics[k] for k in keys if _is_number(episode.metrics.get(k))), None)
+        if value is not None:
+            fields[field] = float(value)
+    if transcripts:
+        fields["transcript"] = [{"agent": c.agent_id, "text": c.text, "valid": c.valid} for c in episode.calls]
+    return fields
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _json_default(obj: Any) -> Any:

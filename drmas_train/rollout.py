@@ -3,14 +3,16 @@
 At every step the engine collects the pending call of every live env (PettingZoo AEC: the env's
 ``agent_selection``), groups the calls by model (:meth:`ModelPool.model_of`) and makes **one batched generate
 call per model**; each response text is fed back as that env's action. Envs finish at different times; a
-finished env simply stops contributing calls. Output: one :class:`~drmas_train.samples.Sample` per agent call
-and one :class:`TrajectoryRecord` per episode.
+finished env simply stops contributing calls. When an episode ends, the env's
+:class:`~drmas_envs.core.episode.EpisodeRecord` (calls, prompts, validity, penalties, outcome, task) is joined
+with the generations (token ids, log-probs, finish reasons): one :class:`~drmas_train.samples.Sample` per agent
+call and one :class:`TrajectoryRecord` (carrying the record) per episode.
 
 Grouping ids (the GRPO contract): the G rollouts of one task share ``uid``; different tasks of the batch —
 even two copies of the same task — get different ``uid``; ``traj_uid`` = ``f"{uid}/{g}"`` names one episode.
 
-Rewards: ``sample.reward = score - penalty`` where ``score`` is the episode reward (``infos["score"]`` at the
-end) and ``penalty`` that call's format penalty (``infos["penalty"]``), the Dr. MAS reference convention.
+Rewards: ``sample.reward = score - penalty`` where ``score`` is the episode reward ``R`` and ``penalty`` that
+call's format penalty (the record's per-call score), the Dr. MAS reference convention.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from drmas_envs.core.episode import EpisodeRecord, episode_record
 from drmas_train.assignment import ModelPool
 from drmas_train.backends.base import TRUNCATION_MODES, Generation, SamplingParams
 from drmas_train.sample_io import load_samples, save_samples
@@ -33,31 +36,62 @@ __all__ = ["rollout", "RolloutResult", "TrajectoryRecord", "save_samples", "load
 
 @dataclasses.dataclass
 class TrajectoryRecord:
-    """One finished episode.
+    """One finished episode: the env's :class:`~drmas_envs.core.episode.EpisodeRecord` plus rollout ids and time.
 
     Attributes:
         traj_uid, uid: ids as in :class:`Sample`.
-        task_id, data_source: the task's tags.
-        won, score: the env's outcome (``score`` = episode reward before penalties).
-        episode_returns: ``agent_id -> return`` (score minus that agent's penalties).
-        num_turns: calls made in the episode (all agents).
-        calls: ``agent_id -> number of calls``; invalid_calls: ``agent_id -> number of invalid calls``.
-        truncated: the episode ended by a step limit rather than terminating.
+        episode: the env's record of the episode (calls, outcome, task), ``traj_uid`` set.
         wall_time_s: seconds from the batch start to this episode's end.
+
+    The outcome fields (``task_id``, ``data_source``, ``won``, ``score``, ``episode_returns``, ``num_turns``,
+    ``calls``, ``invalid_calls``, ``truncated``) are read from ``episode``.
     """
 
     traj_uid: str
     uid: str
-    task_id: str
-    data_source: str
-    won: bool
-    score: float
-    episode_returns: dict[str, float]
-    num_turns: int
-    calls: dict[str, int]
-    invalid_calls: dict[str, int]
-    truncated: bool
+    episode: EpisodeRecord
     wall_time_s: float
+
+    @property
+    def task_id(self) -> str:
+        return self.episode.task_id
+
+    @property
+    def data_source(self) -> str:
+        return self.episode.data_source
+
+    @property
+    def won(self) -> bool:
+        return self.episode.won
+
+    @property
+    def score(self) -> float:
+        """The episode reward before penalties."""
+        return self.episode.reward
+
+    @property
+    def episode_returns(self) -> dict[str, float]:
+        """``agent_id -> return`` (score minus that agent's penalties)."""
+        return dict(self.episode.returns)
+
+    @property
+    def num_turns(self) -> int:
+        return self.episode.num_turns
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """``agent_id -> number of calls`` for the agents that acted."""
+        return {a: n for a, n in self.episode.calls_per_agent().items() if n}
+
+    @property
+    def invalid_calls(self) -> dict[str, int]:
+        """``agent_id -> number of invalid calls`` for the agents that acted."""
+        calls = self.calls
+        return {a: n for a, n in self.episode.invalid_per_agent().items() if a in calls}
+
+    @property
+    def truncated(self) -> bool:
+        return self.episode.truncated
 
 
 @dataclasses.dataclass
@@ -74,12 +108,20 @@ class RolloutResult:
 
 
 @dataclasses.dataclass
+class _PendingCall:
+    """One generated call of a running episode; its env-side fields come from the episode record at the end."""
+
+    model_id: str
+    gen: Generation
+    tokenizer: Any  # the backend's tokenizer (decodes prompt_ids to the templated prompt text), or None
+
+
+@dataclasses.dataclass
 class _Slot:
     env: Any
     uid: str
     traj_uid: str
-    pending: list[dict[str, Any]]  # this episode's calls, finalised at its end
-    agent_turns: dict[str, int]
+    pending: list[_PendingCall]  # this episode's calls, in call order, finalised at its end
     done: bool = False
 
 
@@ -99,6 +141,19 @@ def _advance(slot: _Slot) -> None:
         else:
             return
     slot.done = True
+
+
+def _check_args(group_size: int, tasks: Sequence[Any], sampling: SamplingParams, truncation: str) -> None:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
+    if len(tasks) == 0:
+        raise ValueError("tasks is empty: give at least one Task or task index")
+    if sampling.n != 1:
+        raise ValueError(
+            f"sampling.n must be 1 in rollout (use group_size for G rollouts per task), got {sampling.n}"
+        )
+    if truncation not in TRUNCATION_MODES:
+        raise ValueError(f"truncation must be one of {TRUNCATION_MODES}, got {truncation!r}")
 
 
 def rollout(
@@ -131,7 +186,8 @@ def rollout(
         progress: show a tqdm bar of finished trajectories / total.
 
     Returns:
-        :class:`RolloutResult` (samples ordered by trajectory, then turn).
+        :class:`RolloutResult` (samples ordered by trajectory, then turn; trajectories in task, then group
+        order, each carrying the env's :class:`~drmas_envs.core.episode.EpisodeRecord`).
 
     Raises:
         ValueError: ``group_size < 1``, no tasks, ``sampling.n != 1`` or an unknown truncation mode.
@@ -144,98 +200,29 @@ def rollout(
 
         env_id = env_fn
         env_fn = lambda: drmas_envs.make(env_id)  # noqa: E731
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
-    if len(tasks) == 0:
-        raise ValueError("tasks is empty: give at least one Task or task index")
-    if sampling.n != 1:
-        raise ValueError(
-            f"sampling.n must be 1 in rollout (use group_size for G rollouts per task), got {sampling.n}"
-        )
-    if truncation not in TRUNCATION_MODES:
-        raise ValueError(f"truncation must be one of {TRUNCATION_MODES}, got {truncation!r}")
-
+    _check_args(group_size, tasks, sampling, truncation)
     start = time.perf_counter()
     timing = {"generate": 0.0, "env": 0.0, "generate_calls": 0, "steps": 0}
-    uids = _group_uids(len(tasks), seed)
     seeds = random.Random(f"drmas-rollout-{sampling.seed if sampling.seed is not None else seed}")
-
-    t_env = time.perf_counter()
-    slots: list[_Slot] = []
-    for i, task in enumerate(tasks):
-        options = (
-            {"task_index": task} if isinstance(task, int) and not isinstance(task, bool) else {"task": task}
-        )
-        for g in range(group_size):
-            env = env_fn()
-            if not slots:
-                pool.validate(env.possible_agents, _env_name(env))
-            env.reset(seed=seeds.getrandbits(31), options=options)
-            slot = _Slot(env, uids[i], f"{uids[i]}/{g}", [], defaultdict(int))
-            _advance(slot)
-            slots.append(slot)
-    timing["env"] += time.perf_counter() - t_env
+    slots = _start_episodes(env_fn, tasks, group_size, pool, seeds, _group_uids(len(tasks), seed))
+    timing["env"] += time.perf_counter() - start
+    generate_kwargs = {} if max_prompt_tokens is None else {"max_prompt_tokens": max_prompt_tokens, "truncation": truncation}
 
     samples: list[Sample] = []
     trajectories: list[TrajectoryRecord] = []
+
+    def finish(slot: _Slot) -> None:
+        trajectories.append(_finish(slot, samples, start))
+        bar.update(1)
+
     bar = tqdm(total=len(slots), desc="rollout", unit="traj", disable=not progress, leave=False)
     try:
         for slot in slots:
             if slot.done:  # an episode that ended at reset (no call at all)
-                _finish(slot, samples, trajectories, start)
-                bar.update(1)
-        while True:
-            live = [s for s in slots if not s.done]
-            if not live:
-                break
+                finish(slot)
+        while any(not s.done for s in slots):
             timing["steps"] += 1
-            t_env = time.perf_counter()
-            by_model: dict[str, list[tuple[_Slot, str, dict[str, Any]]]] = defaultdict(list)
-            for slot in live:
-                agent = slot.env.agent_selection
-                by_model[pool.model_of(agent)].append((slot, agent, slot.env.observe(agent)))
-            timing["env"] += time.perf_counter() - t_env
-
-            for model_id, calls in by_model.items():
-                backend = pool.backends[model_id]
-                kwargs = {}
-                if max_prompt_tokens is not None:
-                    kwargs = {"max_prompt_tokens": max_prompt_tokens, "truncation": truncation}
-                t_gen = time.perf_counter()
-                gens: list[Generation] = backend.generate(
-                    [list(obs["messages"]) for _, _, obs in calls],
-                    sampling.replace(seed=seeds.getrandbits(63)),
-                    **kwargs,
-                )
-                timing["generate"] += time.perf_counter() - t_gen
-                timing["generate_calls"] += 1
-
-                t_env = time.perf_counter()
-                for (slot, agent, obs), gen in zip(calls, gens, strict=True):
-                    env = slot.env
-                    turn = len(slot.pending)  # calls so far in this episode, all agents
-                    env.step(gen.text)
-                    info = env.infos.get(agent, {})
-                    slot.pending.append(
-                        {
-                            "agent_id": agent,
-                            "model_id": model_id,
-                            "turn": turn,
-                            "agent_turn": slot.agent_turns[agent],
-                            "gen": gen,
-                            "prompt": obs.get("prompt", ""),
-                            "valid": bool(info.get("is_action_valid", True)),
-                            "penalty": float(info.get("penalty", 0.0)),
-                            "tokenizer": getattr(backend, "tokenizer", None),
-                        }
-                    )
-                    slot.agent_turns[agent] += 1
-                    if not _episode_over(env):
-                        _advance(slot)  # dead steps of agents that left early, if any
-                    if slot.done or _episode_over(env):
-                        _finish(slot, samples, trajectories, start)
-                        bar.update(1)
-                timing["env"] += time.perf_counter() - t_env
+            _lockstep(slots, pool, sampling, seeds, generate_kwargs, timing, finish)
     finally:
         bar.close()
     timing["total"] = time.perf_counter() - start
@@ -243,6 +230,67 @@ def rollout(
     samples.sort(key=lambda s: (order[s.traj_uid], s.turn))
     trajectories.sort(key=lambda t: order[t.traj_uid])
     return RolloutResult(samples, trajectories, timing)
+
+
+def _start_episodes(
+    env_fn: Callable[[], Any],
+    tasks: Sequence[Any],
+    group_size: int,
+    pool: ModelPool,
+    seeds: random.Random,
+    uids: list[str],
+) -> list[_Slot]:
+    """Make and reset ``len(tasks) x group_size`` envs (the pool is validated against the first one)."""
+    slots: list[_Slot] = []
+    for i, task in enumerate(tasks):
+        options = {"task_index": task} if isinstance(task, int) and not isinstance(task, bool) else {"task": task}
+        for g in range(group_size):
+            env = env_fn()
+            if not slots:
+                pool.validate(env.possible_agents, _env_name(env))
+            env.reset(seed=seeds.getrandbits(31), options=options)
+            slot = _Slot(env, uids[i], f"{uids[i]}/{g}", [])
+            _advance(slot)
+            slots.append(slot)
+    return slots
+
+
+def _lockstep(
+    slots: list[_Slot],
+    pool: ModelPool,
+    sampling: SamplingParams,
+    seeds: random.Random,
+    generate_kwargs: dict[str, Any],
+    timing: dict[str, float],
+    finish: Callable[[_Slot], None],
+) -> None:
+    """One lock-step iteration: every live env's pending call, one batched generate call per model."""
+    t_env = time.perf_counter()
+    by_model: dict[str, list[tuple[_Slot, dict[str, Any]]]] = defaultdict(list)
+    for slot in slots:
+        if not slot.done:
+            agent = slot.env.agent_selection
+            by_model[pool.model_of(agent)].append((slot, slot.env.observe(agent)))
+    timing["env"] += time.perf_counter() - t_env
+
+    for model_id, calls in by_model.items():
+        backend = pool.backends[model_id]
+        t_gen = time.perf_counter()
+        gens: list[Generation] = backend.generate(
+            [list(obs["messages"]) for _, obs in calls], sampling.replace(seed=seeds.getrandbits(63)), **generate_kwargs
+        )
+        timing["generate"] += time.perf_counter() - t_gen
+        timing["generate_calls"] += 1
+
+        t_env = time.perf_counter()
+        for (slot, _), gen in zip(calls, gens, strict=True):
+            slot.env.step(gen.text)
+            slot.pending.append(_PendingCall(model_id, gen, getattr(backend, "tokenizer", None)))
+            if not _episode_over(slot.env):
+                _advance(slot)  # dead steps of agents that left early, if any
+            if slot.done or _episode_over(slot.env):
+                finish(slot)
+        timing["env"] += time.perf_counter() - t_env
 
 
 def _env_name(env: Any) -> str:
@@ -256,69 +304,46 @@ def _episode_over(env: Any) -> bool:
     return all(env.terminations.get(a) or env.truncations.get(a) for a in env.agents)
 
 
-def _final_info(env: Any) -> dict[str, Any]:
-    for agent in env.possible_agents:
-        info = env.infos.get(agent, {})
-        if "score" in info:
-            return info
-    return {}
+def _finish(slot: _Slot, samples: list[Sample], start: float) -> TrajectoryRecord:
+    """Samples of the finished episode (token fields from the generations, the rest from the episode record).
 
+    ``reward = R - penalty`` of each call (the record's per-call score), the Dr. MAS reference convention.
 
-def _finish(slot: _Slot, samples: list[Sample], trajectories: list[TrajectoryRecord], start: float) -> None:
-    """Turn the episode's pending calls into Samples (reward = score - penalty) and record the trajectory."""
-    env = slot.env
-    raw = getattr(env, "unwrapped", env)
-    final = _final_info(env)
-    score = float(final.get("score", 0.0))
-    won = bool(final.get("won", False))
-    task = raw.task
-    calls: dict[str, int] = defaultdict(int)
-    invalid: dict[str, int] = defaultdict(int)
-    for call in slot.pending:
-        gen: Generation = call["gen"]
-        calls[call["agent_id"]] += 1
-        invalid[call["agent_id"]] += 0 if call["valid"] else 1
-        tokenizer = call["tokenizer"]
+    Raises:
+        RuntimeError: the env recorded a different number of calls than the engine made.
+    """
+    episode = episode_record(slot.env).with_traj_uid(slot.traj_uid)
+    if len(episode.calls) != len(slot.pending):
+        raise RuntimeError(
+            f"{_env_name(slot.env)} recorded {len(episode.calls)} calls but the rollout made {len(slot.pending)}"
+        )
+    for call, pending in zip(episode.calls, slot.pending, strict=True):
+        gen = pending.gen
         prompt_text = (
-            tokenizer.decode(gen.prompt_ids) if tokenizer is not None and gen.prompt_ids else call["prompt"]
+            pending.tokenizer.decode(gen.prompt_ids) if pending.tokenizer is not None and gen.prompt_ids else call.prompt
         )
         samples.append(
             Sample(
                 uid=slot.uid,
                 traj_uid=slot.traj_uid,
-                agent_id=call["agent_id"],
-                model_id=call["model_id"],
-                turn=call["turn"],
-                agent_turn=call["agent_turn"],
+                agent_id=call.agent_id,
+                model_id=pending.model_id,
+                turn=call.turn,
+                agent_turn=call.agent_turn,
                 prompt_ids=list(gen.prompt_ids),
                 response_ids=list(gen.response_ids),
                 old_logprobs=list(gen.logprobs),
                 response_mask=[1] * len(gen.response_ids),
                 prompt_text=prompt_text,
                 response_text=gen.text,
-                is_action_valid=call["valid"],
-                reward=score - call["penalty"],
-                won=won,
-                score=score,
-                data_source=task.data_source,
-                task_id=task.task_id,
+                is_action_valid=call.valid,
+                reward=call.score,
+                won=episode.won,
+                score=episode.reward,
+                data_source=episode.data_source,
+                task_id=episode.task_id,
                 finish_reason=gen.finish_reason,
             )
         )
-    trajectories.append(
-        TrajectoryRecord(
-            traj_uid=slot.traj_uid,
-            uid=slot.uid,
-            task_id=task.task_id,
-            data_source=task.data_source,
-            won=won,
-            score=score,
-            episode_returns={a: float(r) for a, r in getattr(raw, "episode_returns", {}).items()},
-            num_turns=int(getattr(raw, "num_turns", len(slot.pending))),
-            calls=dict(calls),
-            invalid_calls={a: invalid.get(a, 0) for a in calls},
-            truncated=any(env.truncations.get(a) for a in env.agents),
-            wall_time_s=time.perf_counter() - start,
-        )
-    )
     slot.done = True
+    return TrajectoryRecord(slot.traj_uid, slot.uid, episode, time.perf_counter() - start)

@@ -1,5 +1,6 @@
-"""Text AEC base, spaces and the Task record shared by every drmas env."""
+"""Text AEC base, spaces, the Task record and the episode record shared by every drmas env."""
 
+from drmas_envs.core.episode import CallRecord, EpisodeRecord, episode_record, play_episode
 from drmas_envs.core.spaces import AnyText, observation_space
 from drmas_envs.core.task import ListTaskSource, Task, TaskSource
 from drmas_envs.core.text_env import Outcome, TextAECEnv, Turn, TurnRecord
@@ -14,4 +15,8 @@ __all__ = [
     "Turn",
     "Outcome",
     "TurnRecord",
+    "CallRecord",
+    "EpisodeRecord",
+    "episode_record",
+    "play_episode",
 ]

@@ -6,7 +6,25 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["make_factories"]
+__all__ = ["make_factories", "complete_signature"]
+
+
+def complete_signature(cls: type, base: type) -> None:
+    """Give ``cls`` the full signature when its ``__init__`` forwards ``**kwargs`` to ``base.__init__``.
+
+    ``cls.__signature__`` becomes ``cls.__init__``'s own parameters (without ``**kwargs``) followed by those
+    of ``base.__init__`` that ``cls`` does not redeclare (as keyword-only). ``inspect.signature(cls)``, the
+    registry's unknown-argument check and ``help()`` then list every accepted argument, while the shared ones
+    are written (and checked) once, in ``base``.
+    """
+    own = [p for p in list(inspect.signature(cls.__init__).parameters.values())[1:] if p.kind is not p.VAR_KEYWORD]
+    names = {p.name for p in own}
+    shared = [
+        p.replace(kind=p.KEYWORD_ONLY)
+        for p in list(inspect.signature(base).parameters.values())
+        if p.name not in names and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    cls.__signature__ = inspect.Signature(own + shared)  # type: ignore[attr-defined]
 
 
 def make_factories(raw_env: type) -> tuple[Callable[..., Any], Callable[..., Any]]:

@@ -14,6 +14,10 @@ Reward convention (the Dr. MAS reference): at the end every agent receives the e
 each *invalid* call costs its agent ``format_penalty`` at the step it was made. So an agent's cumulative
 reward is ``R - format_penalty * (number of its invalid calls)``, and one call's own score is
 ``R - infos["penalty"]`` of that call.
+
+The played episode: ``history`` holds one :class:`~drmas_envs.core.episode.CallRecord` per call (with the
+prompt the agent saw), and :meth:`TextAECEnv.episode_record` returns the finished episode as one
+:class:`~drmas_envs.core.episode.EpisodeRecord`, the record every consumer reads.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import gymnasium
 from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
+from drmas_envs.core.episode import CallRecord, EpisodeRecord
 from drmas_envs.core.spaces import AnyText, observation_space
 from drmas_envs.core.task import Task, TaskSource
 
@@ -61,14 +66,8 @@ class Outcome:
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
-class TurnRecord:
-    """One call in the episode transcript: acting agent, its raw text, validity and the step info."""
-
-    agent: str
-    text: str
-    valid: bool
-    info: dict[str, Any]
+#: The entries of ``TextAECEnv.history`` (older name; ``.agent``, ``.text``, ``.valid``, ``.info`` still work).
+TurnRecord = CallRecord
 
 
 class TextAECEnv(AECEnv):
@@ -99,9 +98,11 @@ class TextAECEnv(AECEnv):
     infos: dict[str, dict[str, Any]]
     agent_selection: str  # agent whose turn it is
     task: Task  # the task of the current episode
-    history: list[TurnRecord]  # every call of this episode, in order
+    history: list[CallRecord]  # every call of this episode, in order (score None until the end)
     num_turns: int  # calls made this episode (valid or not)
     episode_returns: dict[str, float]  # whole-episode return per agent (never reset mid-episode)
+    _outcome: Outcome | None  # set when the episode ends
+    _truncated: bool  # the episode ended by a step limit
 
     def __init__(
         self,
@@ -188,6 +189,8 @@ class TextAECEnv(AECEnv):
         self.terminations = dict.fromkeys(self.agents, False)
         self.truncations = dict.fromkeys(self.agents, False)
         self.history = []
+        self._outcome = None
+        self._truncated = False
         self.num_turns = 0
         self.episode_returns = dict.fromkeys(self.agents, 0.0)
         self._skip_agent_selection = None
@@ -228,16 +231,30 @@ class TextAECEnv(AECEnv):
 
         self._cumulative_rewards[agent] = 0.0
         self.rewards = dict.fromkeys(self.agents, 0.0)
+        seen = self.observe(agent)  # recorded with the call: what the agent saw when it acted
         turn = self._act(agent, action)
         penalty = 0.0 if turn.valid else self.format_penalty
         self.rewards[agent] -= penalty
         info = {**self._base_info(agent, valid=turn.valid), "penalty": penalty, **turn.info}
         self.infos[agent] = info
-        self.history.append(TurnRecord(agent, action, turn.valid, info))
+        self.history.append(
+            CallRecord(
+                agent_id=agent,
+                turn=self.num_turns,
+                agent_turn=sum(r.agent_id == agent for r in self.history),
+                prompt=seen["prompt"],
+                messages=tuple(seen["messages"]),
+                text=action,
+                valid=bool(turn.valid),
+                penalty=float(penalty),
+                info=info,
+            )
+        )
         self.num_turns += 1
 
         if turn.next_agent is None:
             outcome = self._episode_outcome()
+            self._outcome, self._truncated = outcome, turn.truncated
             final = {"won": bool(outcome.won), "score": float(outcome.reward), **outcome.info}
             done = self.truncations if turn.truncated else self.terminations
             for a in self.agents:
@@ -280,6 +297,31 @@ class TextAECEnv(AECEnv):
             lines.append(f"=== episode over; returns: {self.episode_returns} ===")
         return "\n".join(lines)
 
+    def episode_record(self) -> EpisodeRecord:
+        """The finished episode: task, calls in order (each with its score ``R - penalty``) and outcome.
+
+        Returns:
+            a new :class:`~drmas_envs.core.episode.EpisodeRecord` (``traj_uid`` None: the player sets it).
+
+        Raises:
+            RuntimeError: before :meth:`reset`, or while the episode is still running.
+        """
+        if not self._has_reset or self._outcome is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.episode_record() needs a finished episode; play it until every agent is done"
+            )
+        reward = float(self._outcome.reward)
+        return EpisodeRecord(
+            task=self.task,
+            agents=tuple(self.possible_agents),
+            calls=tuple(dataclasses.replace(c, score=reward - c.penalty) for c in self.history),
+            reward=reward,
+            won=bool(self._outcome.won),
+            metrics=dict(self._outcome.info),
+            truncated=self._truncated,
+            returns={a: float(r) for a, r in self.episode_returns.items()},
+        )
+
     def close(self) -> None:
         """Release resources; safe to call any number of times."""
         self._closed = True
@@ -294,6 +336,6 @@ class TextAECEnv(AECEnv):
             "is_action_valid": valid,
         }
 
-    def calls_of(self, agent: str) -> list[TurnRecord]:
+    def calls_of(self, agent: str) -> list[CallRecord]:
         """All calls ``agent`` made this episode, in order."""
         return [r for r in self.history if r.agent == agent]

@@ -2,10 +2,11 @@
 
 A *format* is a name plus the fields a row must have and a converter. File and Hugging Face loaders look
 formats up here by name, or infer one from the first row (:func:`infer_format`). Other packages plug their own
-formats in with :func:`register_format` (QA formats such as HotpotQA / FlashRAG / Search-R1 live under
-``drmas_envs/search/`` and register there; list their module in :data:`FORMAT_MODULES` so inference sees them).
+formats in with :func:`register_format` (list their module in :data:`FORMAT_MODULES` so inference sees them
+even before they are imported). The QA formats (HotpotQA / FlashRAG / Search-R1) are built in too, in
+:mod:`drmas_envs.data.qa_rows`.
 
-Built-in (math) formats:
+Built-in math formats:
 
 =========  ====================================  =========================================================
 name       required fields                       ground truth
@@ -38,9 +39,9 @@ __all__ = [
     "infer_format",
 ]
 
-#: Modules that register formats when imported; imported on the first lookup (an ImportError becomes a
-#: RuntimeWarning). Add yours with one line.
-FORMAT_MODULES: list[str] = ["drmas_envs.search.formats"]
+#: Third-party modules that register formats when imported; imported on the first lookup (an ImportError becomes
+#: a RuntimeWarning). Add yours with one line.
+FORMAT_MODULES: list[str] = []
 
 
 class DataFormatError(ValueError):

@@ -6,11 +6,12 @@ The protocol of each env (who acts when) lives in its own module (``solver.py``,
 
 from __future__ import annotations
 
-import re
+import functools
 from collections.abc import Mapping
 from typing import Any
 
-from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
+from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn, tags
+from drmas_envs.core.factories import complete_signature
 from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
 from drmas_envs.math import prompts as P
 from drmas_envs.math.grading import MathGrader, extract_boxed
@@ -18,13 +19,10 @@ from drmas_envs.math.grading import MathGrader, extract_boxed
 __all__ = ["MathTeamEnv", "VerifiedTeamEnv", "parse_verdict", "VERDICTS"]
 
 VERDICTS = ("approve", "reject")
-_VERDICT_RE = re.compile(r"<verify>\s*(approve|reject)\s*</verify>", re.IGNORECASE)
 
-
-def parse_verdict(text: str) -> str | None:
-    """The last ``<verify>approve|reject</verify>`` verdict in ``text`` (case and inner spaces ignored), else None."""
-    found = _VERDICT_RE.findall(text)
-    return found[-1].lower() if found else None
+#: ``parse_verdict(text) -> "approve" | "reject" | None``: the last ``<verify>`` pair holding a verdict (case,
+#: whitespace and a trailing ``.``/``!`` ignored); :func:`drmas_envs.core.tags.parse_verdict` with the math words.
+parse_verdict = functools.partial(tags.parse_verdict, verdicts=VERDICTS, last=True)
 
 
 class MathTeamEnv(TextAECEnv):
@@ -117,7 +115,7 @@ class VerifiedTeamEnv(MathTeamEnv):
     Args:
         max_loops: most proposals per episode (>= 1); the last one is graded without review.
         missing_verdict: what a verifier reply without a ``<verify>`` tag counts as (the call is invalid either way).
-        others: as :class:`MathTeamEnv`.
+        team: the other arguments, as :class:`MathTeamEnv` (the class signature lists them all).
 
     Raises:
         ValueError: ``max_loops`` < 1 or ``missing_verdict`` not in ``("approve", "reject")``, plus
@@ -128,18 +126,7 @@ class VerifiedTeamEnv(MathTeamEnv):
     NEXT_PROPOSER: str = "solver"
 
     def __init__(
-        self,
-        data: str | TaskSource | None = None,
-        *,
-        max_loops: int = 2,
-        missing_verdict: str = "approve",
-        size: int = 1000,
-        data_seed: int = 0,
-        format_penalty: float = 0.1,
-        max_quote_chars: int = 4000,
-        prompts: Mapping[str, str] | None = None,
-        grade_timeout_s: float = 1.0,
-        render_mode: str | None = None,
+        self, data: str | TaskSource | None = None, *, max_loops: int = 2, missing_verdict: str = "approve", **team: Any
     ) -> None:
         if isinstance(max_loops, bool) or not isinstance(max_loops, int) or max_loops < 1:
             raise ValueError(f"max_loops must be an int >= 1, got {max_loops!r}")
@@ -147,16 +134,7 @@ class VerifiedTeamEnv(MathTeamEnv):
             raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {missing_verdict!r}")
         self.max_loops = max_loops
         self.missing_verdict = missing_verdict
-        super().__init__(
-            data,
-            size=size,
-            data_seed=data_seed,
-            format_penalty=format_penalty,
-            max_quote_chars=max_quote_chars,
-            prompts=prompts,
-            grade_timeout_s=grade_timeout_s,
-            render_mode=render_mode,
-        )
+        super().__init__(data, **team)
 
     def _start_episode(self) -> str:
         self.loop = 1
@@ -188,3 +166,6 @@ class VerifiedTeamEnv(MathTeamEnv):
         outcome = super()._episode_outcome()
         outcome.info.update(loops=self.loop, verdicts=list(self.verdicts))
         return outcome
+
+
+complete_signature(VerifiedTeamEnv, MathTeamEnv)

@@ -57,18 +57,17 @@ agent behaviour.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
 from drmas_envs.core.factories import make_factories
+from drmas_envs.search.base import SearchTextEnv, check_ints
 from drmas_envs.search.corpus import Passage
-from drmas_envs.search.parsing import MAX_ACTION_CHARS, extract_tag, neutralize_tags, parse_verdict
+from drmas_envs.search.parsing import extract_tag, neutralize_tags, parse_verdict
 from drmas_envs.search.prompts import ORCHESTRATOR_PROMPTS
 from drmas_envs.search.qa_metrics import qa_scores
-from drmas_envs.search.retrievers import Retriever, format_passages
-from drmas_envs.search.sources import resolve_search_env
+from drmas_envs.search.retrievers import format_passages
 
 __all__ = ["SearchOrchestratorEnv", "SearchRecord", "raw_env", "env", "parallel_env"]
 
@@ -92,7 +91,7 @@ class SearchRecord:
                 f"<information>\n{format_passages(self.passages)}\n</information>")
 
 
-class SearchOrchestratorEnv(TextAECEnv):
+class SearchOrchestratorEnv(SearchTextEnv):
     """Verifier -> (Search | Answer) loop over a retriever; see the module docstring (the env card)."""
 
     possible_agents = ["verifier", "search", "answer"]
@@ -104,31 +103,21 @@ class SearchOrchestratorEnv(TextAECEnv):
     prediction: str  # the Answer agent's extracted answer ("" when invalid)
     forced_answer: bool  # the Verifier said no (or nothing) at the last step
 
+    default_prompts = ORCHESTRATOR_PROMPTS
+
     def __init__(
         self,
         tasks: TaskSource | str | Path | None = None,
-        corpus: Sequence[Passage] | str | Path | None = None,
-        retriever: str | Retriever = "bm25",
-        retriever_kwargs: Mapping[str, Any] | None = None,
-        synthetic: Mapping[str, Any] | None = None,
-        topk: int = 3,
+        *,
         max_steps: int = 4,
         history_length: int = 4,
         format_penalty: float = 0.01,
-        max_action_chars: int = MAX_ACTION_CHARS,
-        prompts: Mapping[str, str] | None = None,
-        render_mode: str | None = None,
+        **shared: Any,
     ) -> None:
-        for name, value, low in (("topk", topk, 1), ("max_steps", max_steps, 1), ("history_length", history_length, 0),
-                                 ("max_action_chars", max_action_chars, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        task_source, self.retriever, self.prompts = resolve_search_env(
-            tasks, corpus, synthetic, retriever, retriever_kwargs, prompts, ORCHESTRATOR_PROMPTS
-        )
-        super().__init__(task_source, format_penalty=format_penalty, render_mode=render_mode)
-        self.topk, self.max_steps, self.history_length = topk, max_steps, history_length
-        self.max_action_chars = max_action_chars
+        """See the module docstring; ``shared``: the data arguments of :class:`~drmas_envs.search.base.SearchTextEnv`."""
+        check_ints(max_steps=(max_steps, 1), history_length=(history_length, 0))
+        super().__init__(tasks, format_penalty=format_penalty, **shared)
+        self.max_steps, self.history_length = max_steps, history_length
 
     # ---- hooks ----
     def _start_episode(self) -> str:

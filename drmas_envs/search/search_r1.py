@@ -41,24 +41,22 @@ Same data arguments as `search-orchestrator-v0` (`tasks`, `corpus`, `retriever`,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
 from drmas_envs.core.factories import make_factories
-from drmas_envs.search.corpus import Passage
+from drmas_envs.search.base import SearchTextEnv, check_ints
 from drmas_envs.search.orchestrator import MAX_QUERY_CHARS
-from drmas_envs.search.parsing import MAX_ACTION_CHARS, first_tag
+from drmas_envs.search.parsing import first_tag
 from drmas_envs.search.prompts import SEARCH_R1_PROMPTS
 from drmas_envs.search.qa_metrics import qa_scores
-from drmas_envs.search.retrievers import Retriever, format_passages
-from drmas_envs.search.sources import resolve_search_env
+from drmas_envs.search.retrievers import format_passages
 
 __all__ = ["SearchR1Env", "raw_env", "env", "parallel_env"]
 
 
-class SearchR1Env(TextAECEnv):
+class SearchR1Env(SearchTextEnv):
     """Single-agent Search-R1 loop; see the module docstring (the env card)."""
 
     possible_agents = ["searcher"]
@@ -69,28 +67,15 @@ class SearchR1Env(TextAECEnv):
     prediction: str  # the extracted answer ("" if none)
     num_searches: int
 
+    default_prompts = SEARCH_R1_PROMPTS
+
     def __init__(
-        self,
-        tasks: TaskSource | str | Path | None = None,
-        corpus: Sequence[Passage] | str | Path | None = None,
-        retriever: str | Retriever = "bm25",
-        retriever_kwargs: Mapping[str, Any] | None = None,
-        synthetic: Mapping[str, Any] | None = None,
-        topk: int = 3,
-        max_turns: int = 4,
-        format_penalty: float = 0.0,
-        max_action_chars: int = MAX_ACTION_CHARS,
-        prompts: Mapping[str, str] | None = None,
-        render_mode: str | None = None,
+        self, tasks: TaskSource | str | Path | None = None, *, max_turns: int = 4, format_penalty: float = 0.0, **shared: Any
     ) -> None:
-        for name, value in (("topk", topk), ("max_turns", max_turns), ("max_action_chars", max_action_chars)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        task_source, self.retriever, self.prompts = resolve_search_env(
-            tasks, corpus, synthetic, retriever, retriever_kwargs, prompts, SEARCH_R1_PROMPTS
-        )
-        super().__init__(task_source, format_penalty=format_penalty, render_mode=render_mode)
-        self.topk, self.max_turns, self.max_action_chars = topk, max_turns, max_action_chars
+        """See the module docstring; ``shared``: the data arguments of :class:`~drmas_envs.search.base.SearchTextEnv`."""
+        check_ints(max_turns=(max_turns, 1))
+        super().__init__(tasks, format_penalty=format_penalty, **shared)
+        self.max_turns = max_turns
 
     def _start_episode(self) -> str:
         self.transcript = []

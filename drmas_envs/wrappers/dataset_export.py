@@ -21,10 +21,14 @@ column                 type    meaning
 ``is_action_valid``    bool    the env's validity verdict
 ``won``, ``score``     bool,   the episode's outcome and reward ``R``
                        float
+``ground_truth``       list    the task's acceptable answers (``Task.answers``), so a reward function (e.g.
+                       [str]   TRL GRPO's ``reward_funcs``) grades completions without the env
 =====================  ======  =================================================================
 
-Input: episodes played with :func:`record_episode` (any drmas text env and text policies), or
-``drmas_train`` :class:`~drmas_train.samples.Sample` objects (duck-typed, via :func:`samples_to_rows`).
+Input: :class:`~drmas_envs.core.episode.EpisodeRecord` s (played with :func:`record_episode`, or the
+``episode`` of a ``drmas_train`` trajectory): rows are a view of the record. Or ``drmas_train``
+:class:`~drmas_train.samples.Sample` objects (duck-typed, via :func:`samples_to_rows`; a Sample carries no
+ground truth, so those rows have no ``ground_truth`` column).
 Output: ``{agent_id: [row, ...]}``; :func:`write_jsonl` writes one ``<agent_id>.jsonl`` per agent (load
 with ``datasets.load_dataset("json", data_files=...)``) and :func:`to_hf_datasets` builds
 ``datasets.Dataset`` objects when the ``datasets`` package is installed.
@@ -32,7 +36,6 @@ with ``datasets.load_dataset("json", data_files=...)``) and :func:`to_hf_dataset
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -40,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from pettingzoo import AECEnv
+
+from drmas_envs.core.episode import CallRecord, EpisodeRecord, play_episode
 
 __all__ = [
     "CallRecord",
@@ -52,32 +57,6 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class CallRecord:
-    """One agent call: what it saw (``prompt``, ``messages``), what it said, and the env's verdict."""
-
-    agent_id: str
-    turn: int
-    agent_turn: int
-    prompt: str
-    messages: tuple[dict[str, str], ...]
-    completion: str
-    is_action_valid: bool
-    penalty: float
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeRecord:
-    """One finished episode: its calls in order and its outcome (``score`` = episode reward ``R``)."""
-
-    traj_uid: str
-    task_id: str
-    data_source: str
-    score: float
-    won: bool
-    calls: tuple[CallRecord, ...]
-
-
 def record_episode(
     env: AECEnv,
     policies: Mapping[str, Callable[[Any], Any]],
@@ -87,14 +66,13 @@ def record_episode(
     traj_uid: str | None = None,
     max_calls: int = 10_000,
 ) -> EpisodeRecord:
-    """Play one episode of a drmas env with ``policies`` and record every call.
+    """Play one episode of a drmas env with ``policies`` and return its record (:func:`~drmas_envs.core.play_episode`).
 
     ``env`` may be wrapped (DiscreteChoices, TokenSpaces, ...): policies get the wrapped observation and
-    return the wrapped action, while the record holds what the text env saw and received: the prompt and
-    messages of ``env.unwrapped.observe(agent)`` and the text of ``env.unwrapped.history[-1]``.
+    return the wrapped action, while the record holds what the text env saw and received.
 
     Args:
-        env: a drmas env (its ``unwrapped`` observations are ``{"prompt", "messages"}``), possibly wrapped.
+        env: a drmas env, possibly wrapped.
         policies: agent id -> ``policy(observation) -> action`` for every agent that may act.
         seed, options: passed to ``env.reset``.
         traj_uid: id of the episode (default: a random uuid4 hex).
@@ -103,57 +81,10 @@ def record_episode(
     Raises:
         KeyError: an agent with no policy got the turn (the message names it).
         TypeError: the action that reached the text env is not a str (names the agent).
-        RuntimeError: the episode did not end within ``max_calls`` calls, or ended without ``score``.
+        RuntimeError: the episode did not end within ``max_calls`` calls.
     """
-    env.reset(seed=seed, options=options)
-    base = env.unwrapped
-    calls: list[CallRecord] = []
-    per_agent: dict[str, int] = {}
-    final: dict[str, Any] = {}
-    while env.agents:
-        agent = env.agent_selection
-        if env.terminations[agent] or env.truncations[agent]:
-            env.step(None)
-            continue
-        if len(calls) >= max_calls:
-            raise RuntimeError(f"episode did not end within max_calls={max_calls} calls")
-        if agent not in policies:
-            raise KeyError(
-                f"no policy for agent {agent!r}, whose turn it is; policies cover {sorted(policies)}"
-            )
-        text_obs = base.observe(agent)
-        action = policies[agent](env.observe(agent))
-        env.step(action)
-        history = getattr(base, "history", None)
-        completion = history[-1].text if history else action
-        if not isinstance(completion, str):
-            raise TypeError(f"the action of agent {agent!r} that reached the env is not text: {completion!r}")
-        info = base.infos[agent]
-        calls.append(
-            CallRecord(
-                agent_id=agent,
-                turn=len(calls),
-                agent_turn=per_agent.get(agent, 0),
-                prompt=text_obs["prompt"],
-                messages=tuple(dict(m) for m in text_obs["messages"]),
-                completion=completion,
-                is_action_valid=bool(info.get("is_action_valid", True)),
-                penalty=float(info.get("penalty", 0.0)),
-            )
-        )
-        per_agent[agent] = per_agent.get(agent, 0) + 1
-        if "score" in info:
-            final = dict(info)
-    if "score" not in final:
-        raise RuntimeError("the episode ended but no agent's infos carried 'score' (is this a drmas env?)")
-    return EpisodeRecord(
-        traj_uid=traj_uid or uuid.uuid4().hex,
-        task_id=str(final.get("task_id", "")),
-        data_source=str(final.get("data_source", "")),
-        score=float(final["score"]),
-        won=bool(final.get("won", False)),
-        calls=tuple(calls),
-    )
+    episode = play_episode(env, policies, seed=seed, options=options, max_calls=max_calls)
+    return episode.with_traj_uid(traj_uid or uuid.uuid4().hex)
 
 
 def _row(
@@ -170,8 +101,9 @@ def _row(
     is_action_valid: bool,
     won: bool,
     score: float,
+    ground_truth: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    return {
+    row = {
         "prompt": prompt,
         "completion": completion,
         "reward": float(reward),
@@ -186,6 +118,9 @@ def _row(
         "won": bool(won),
         "score": float(score),
     }
+    if ground_truth is not None:
+        row["ground_truth"] = list(ground_truth)
+    return row
 
 
 def episodes_to_rows(
@@ -197,23 +132,24 @@ def episodes_to_rows(
         for call in episode.calls:
             if conversational:
                 prompt: Any = [dict(m) for m in call.messages]
-                completion: Any = [{"role": "assistant", "content": call.completion}]
+                completion: Any = [{"role": "assistant", "content": call.text}]
             else:
-                prompt, completion = call.prompt, call.completion
+                prompt, completion = call.prompt, call.text
             rows.setdefault(call.agent_id, []).append(
                 _row(
                     prompt=prompt,
                     completion=completion,
-                    reward=episode.score - call.penalty,
+                    reward=call.score if call.score is not None else episode.reward - call.penalty,
                     agent_id=call.agent_id,
-                    traj_uid=episode.traj_uid,
+                    traj_uid=episode.traj_uid or "",
                     task_id=episode.task_id,
                     data_source=episode.data_source,
                     turn=call.turn,
                     agent_turn=call.agent_turn,
-                    is_action_valid=call.is_action_valid,
+                    is_action_valid=call.valid,
                     won=episode.won,
-                    score=episode.score,
+                    score=episode.reward,
+                    ground_truth=episode.ground_truth,
                 )
             )
     return rows

@@ -39,6 +39,9 @@ Messages = Sequence[Mapping[str, str]]
 #: Accepted prompt truncation modes (see :func:`truncate_ids`).
 TRUNCATION_MODES = ("left", "middle", "error")
 
+#: Backends over a locally loaded model (:func:`drmas_train.assignment.make_backend`); ``openai`` is a client.
+LOCAL_BACKENDS = ("hf", "vllm")
+
 
 class PromptTooLongError(ValueError):
     """A prompt has more tokens than allowed and truncation is ``"error"``."""

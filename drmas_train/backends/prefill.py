@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from drmas_train.token_budget import pack_by_token_budget
+
 __all__ = [
     "Prefilled",
     "ReservedKVLayer",
@@ -149,18 +151,7 @@ def length_buckets(lengths: Sequence[int], *, token_budget: int, max_pad_fractio
         raise ValueError(f"token_budget must be >= 1, got {token_budget}")
     if not 0 <= max_pad_fraction < 1:
         raise ValueError(f"max_pad_fraction must be in [0, 1), got {max_pad_fraction}")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    buckets: list[list[int]] = []
-    for i in order:
-        if buckets:
-            bucket = buckets[-1]
-            longest = lengths[bucket[0]]
-            fits = (len(bucket) + 1) * longest <= token_budget
-            if fits and longest - lengths[i] <= max_pad_fraction * longest:
-                bucket.append(i)
-                continue
-        buckets.append([i])
-    return buckets
+    return pack_by_token_budget(lengths, token_budget, longest_first=True, max_pad_fraction=max_pad_fraction)
 
 
 def can_stitch(model: Any) -> bool:

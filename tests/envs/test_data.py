@@ -252,3 +252,17 @@ def test_read_rows_json_array_and_jsonl_locations(tmp_path):
         list(read_rows(array))
     with pytest.raises(FileNotFoundError, match=r"data file .*missing\.jsonl not found"):
         list(read_rows(tmp_path / "missing.jsonl"))
+
+
+def test_qa_formats_load_without_importing_the_search_envs():
+    """The data package owns the QA row formats: no hidden import of drmas_envs.search (one-way dependency)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from drmas_envs.data import get_format, formats; "
+        "assert {'hotpotqa', 'search_r1', 'flashrag'} <= set(formats()); get_format('flashrag'); "
+        "print(sorted(m for m in sys.modules if m.startswith('drmas_envs.search')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -261,3 +261,17 @@ def test_bad_actions_through_make():
         TypeError, match=re.escape("action for agent 'solver' must be a str (the model's text), got dict")
     ):
         env.step({"text": "7"})
+
+
+def test_verified_team_signature_lists_its_own_then_the_team_arguments():
+    import inspect
+
+    from drmas_envs.registration import UnknownKwargError
+
+    params = list(inspect.signature(drmas_envs.spec("math-solver-verifier-v0").load()).parameters)
+    assert params == ["data", "max_loops", "missing_verdict", "size", "data_seed", "format_penalty",
+                      "max_quote_chars", "prompts", "grade_timeout_s", "render_mode"]  # fmt: skip
+    with pytest.raises(UnknownKwargError, match="unknown keyword argument 'max_loop'. Did you mean 'max_loops'"):
+        drmas_envs.make("math-generator-verifier-refiner-v0", max_loop=3)
+    env = drmas_envs.make("math-solver-verifier-v0", size=4, max_loops=3, format_penalty=0.2)
+    assert (env.unwrapped.max_loops, env.unwrapped.format_penalty, len(env.unwrapped.tasks)) == (3, 0.2, 4)

@@ -61,6 +61,7 @@ def test_standard_rows_per_agent(episode):
         "is_action_valid": True,
         "won": True,
         "score": 1.0,
+        "ground_truth": ["4"],
     }
 
 
@@ -238,3 +239,24 @@ def test_record_episode_through_wrappers_keeps_the_text(tiny_tokenizer):
     assert [c.completion for c in ep.calls] == ["answer: 2", "<verify>approve</verify>"]
     assert ep.calls[0].prompt == "You solve. Reply 'answer: N'.\n\nWhat is 1 + 1?"
     assert (ep.task_id, ep.score, ep.won) == ("v1", 1.0, True)
+
+
+def test_rows_carry_the_ground_truth_for_a_grpo_reward_function():
+    """A TRL-style reward function (columns as keyword arguments) grades the rows without the env."""
+    import drmas_envs
+    from drmas_envs.math.grading import grade
+
+    env = drmas_envs.make("math-solver-v0", size=4)
+    truth = env.unwrapped.tasks[1].answers
+    episodes = [
+        record_episode(env, {"solver": lambda o, a=answer: f"\\boxed{{{a}}}"}, options={"task_index": 1}, traj_uid=u)
+        for u, answer in (("right", truth[0]), ("wrong", "-12345"))
+    ]
+    rows = episodes_to_rows(episodes)["solver"]
+    assert [r["ground_truth"] for r in rows] == [list(truth)] * 2
+
+    def correctness(completions, ground_truth, **kwargs):
+        return [float(grade(c, g).correct) for c, g in zip(completions, ground_truth, strict=True)]
+
+    columns = {k: [r[k] for r in rows] for k in rows[0] if k != "completion"}
+    assert correctness([r["completion"] for r in rows], **columns) == [r["reward"] for r in rows] == [1.0, 0.0]
