@@ -15,7 +15,10 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["MAX_ACTION_CHARS", "PROTOCOL_TAGS", "extract_tag", "first_tag", "parse_verdict", "neutralize_tags"]
+__all__ = [
+    "MAX_ACTION_CHARS", "PROTOCOL_TAGS", "extract_tag", "first_tag", "parse_verdict", "reference_verdict",
+    "neutralize_tags",
+]
 
 #: Default cap on how much of one action is parsed (characters).
 MAX_ACTION_CHARS = 20_000
@@ -68,6 +71,26 @@ def parse_verdict(text: str, *, max_chars: int = MAX_ACTION_CHARS) -> str | None
         return None
     word = content.strip().strip(".!").strip().lower()
     return word if word in ("yes", "no") else None
+
+
+def reference_verdict(projected: str) -> str | None:
+    """The search Verifier's routing verdict as the Dr. MAS reference reads it, else ``None``.
+
+    ``projected`` is the Verifier's reply after :func:`drmas_envs.core.projection.project_action` with
+    ``keep_whole=True`` (the first ``<verify>`` content stripped in place). ``"yes"`` if it contains
+    ``<verify>yes</verify>`` (any case), else ``"no"`` if it contains ``<verify>no</verify>``, else ``None``
+    (``langfengQ/DrMAS agent_system/agent/agents/search/verifier_agent.py:72-79``: yes is checked first; the
+    reference routes ``None`` to the Answer agent).
+
+    >>> reference_verdict("<verify>no</verify> ... <verify>YES</verify>"), reference_verdict("<verify>maybe</verify>")
+    ('yes', None)
+    """
+    lowered = projected.lower()
+    if "<verify>yes</verify>" in lowered:
+        return "yes"
+    if "<verify>no</verify>" in lowered:
+        return "no"
+    return None
 
 
 _FORGED = re.compile(r"<(?=[ \t]*/?[ \t]*(?:" + "|".join(PROTOCOL_TAGS) + r")\b)", re.I)
