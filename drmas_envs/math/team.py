@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
+from drmas_envs.core.projection import project_action
 from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
 from drmas_envs.math import prompts as P
 from drmas_envs.math.grading import MathGrader, extract_boxed
@@ -38,13 +39,17 @@ class MathTeamEnv(TextAECEnv):
             or a TaskSource; default ``"reasoning_gym:gsm_symbolic"`` (``size`` tasks from ``data_seed``).
         size, data_seed: size and seed of a reasoning-gym source (ignored for files).
         format_penalty: reward subtracted per invalid call (Dr. MAS default 0.1).
-        max_quote_chars: at most this many characters of each teammate output are quoted in context.
+        max_quote_chars: ``None`` (default, the reference): teammate outputs are quoted in full; an int >= 1 cuts
+            each quoted output to that many characters (head and tail kept, :func:`drmas_envs.math.prompts.quote`).
         prompts: template overrides by key (see :mod:`drmas_envs.math.prompts`).
+        system_prompt: the system message of every call (default the reference's
+            ``"You are a helpful and harmless assistant."``); ``None`` or ``""`` sends the user message alone.
         grade_timeout_s: hard wall-clock limit of one math-verify call (seconds).
         render_mode: ``None``, ``"ansi"`` or ``"human"``.
 
     Raises:
-        ValueError: bad prompts, ``max_quote_chars`` < 1, or any error of the base / task loading.
+        ValueError: bad prompts, ``max_quote_chars`` not None and < 1, a non-str ``system_prompt``, or any error
+            of the base / task loading.
     """
 
     DEFAULT_PROMPTS: Mapping[str, str] = {}
@@ -56,15 +61,21 @@ class MathTeamEnv(TextAECEnv):
         size: int = 1000,
         data_seed: int = 0,
         format_penalty: float = 0.1,
-        max_quote_chars: int = 4000,
+        max_quote_chars: int | None = None,
         prompts: Mapping[str, str] | None = None,
+        system_prompt: str | None = P.SYSTEM_PROMPT,
         grade_timeout_s: float = 1.0,
         render_mode: str | None = None,
     ) -> None:
-        if isinstance(max_quote_chars, bool) or not isinstance(max_quote_chars, int) or max_quote_chars < 1:
-            raise ValueError(f"max_quote_chars must be an int >= 1, got {max_quote_chars!r}")
+        if max_quote_chars is not None and (
+            isinstance(max_quote_chars, bool) or not isinstance(max_quote_chars, int) or max_quote_chars < 1
+        ):
+            raise ValueError(f"max_quote_chars must be an int >= 1, got {max_quote_chars!r} (or None: no cap)")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ValueError(f"system_prompt must be a str or None, got {type(system_prompt).__name__}")
         self.prompts = P.resolve_prompts(self.DEFAULT_PROMPTS, prompts)
         self.max_quote_chars = max_quote_chars
+        self.system_prompt = system_prompt or ""
         self.grader = MathGrader(timeout_s=grade_timeout_s)
         self.grader.prestart()  # the math-verify worker imports sympy while the first episode is played
         tasks = load_tasks(DEFAULT_MATH_SPEC if data is None else data, seed=data_seed, size=size)
@@ -73,7 +84,13 @@ class MathTeamEnv(TextAECEnv):
 
     # ---- helpers for subclasses ----
     def _team_context(self) -> str:
-        return P.format_team_context([(r.agent, r.text) for r in self.history], self.max_quote_chars)
+        # a verifier's reply enters the context with its verdict stripped in place, as the reference projects it
+        # (langfengQ/DrMAS agent_system/agent/agents/math/verifier_agent.py:59-65, agent/utils.py:179-180)
+        outputs = [
+            (r.agent, project_action(r.text, "verify", keep_whole=True).action if r.agent == "verifier" else r.text)
+            for r in self.history
+        ]
+        return P.format_team_context(outputs, self.max_quote_chars)
 
     def _role_prompt(self, agent: str, **fields: str) -> tuple[str, str]:
         question = self.task.question
@@ -81,7 +98,7 @@ class MathTeamEnv(TextAECEnv):
         user = self.prompts[agent].format(
             env_prompt=env_prompt, team_context=self._team_context(), question=question, **fields
         )
-        return "", user
+        return self.system_prompt, user
 
     def _propose(self, text: str) -> tuple[bool, dict[str, Any]]:
         """Record ``text`` as the team's current solution; valid iff it has a non-blank box."""
@@ -136,8 +153,9 @@ class VerifiedTeamEnv(MathTeamEnv):
         size: int = 1000,
         data_seed: int = 0,
         format_penalty: float = 0.1,
-        max_quote_chars: int = 4000,
+        max_quote_chars: int | None = None,
         prompts: Mapping[str, str] | None = None,
+        system_prompt: str | None = P.SYSTEM_PROMPT,
         grade_timeout_s: float = 1.0,
         render_mode: str | None = None,
     ) -> None:
@@ -154,6 +172,7 @@ class VerifiedTeamEnv(MathTeamEnv):
             format_penalty=format_penalty,
             max_quote_chars=max_quote_chars,
             prompts=prompts,
+            system_prompt=system_prompt,
             grade_timeout_s=grade_timeout_s,
             render_mode=render_mode,
         )

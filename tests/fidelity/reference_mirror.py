@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -24,5 +25,6 @@ def reference_file(path: str) -> str:
 
 
 def triple_quoted(source: str, name: str) -> str:
-    """The body of ``NAME = \"\"\"...\"\"\"`` in ``source``."""
-    return source.split(f'{name} = """', 1)[1].split('"""', 1)[0]
+    """The value of the string literal ``NAME = \"\"\"...\"\"\"`` in ``source`` (escapes evaluated)."""
+    body = source.split(f'{name} = """', 1)[1].split('"""', 1)[0]
+    return ast.literal_eval(f'"""{body}"""')
