@@ -16,9 +16,11 @@ from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
 from drmas_envs.math import prompts as P
 from drmas_envs.math.grading import MathGrader, extract_boxed
 
-__all__ = ["MathTeamEnv", "VerifiedTeamEnv", "parse_verdict", "VERDICTS"]
+__all__ = ["MathTeamEnv", "VerifiedTeamEnv", "parse_verdict", "reference_verdict", "VERDICTS", "VERDICT_RULES"]
 
 VERDICTS = ("approve", "reject")
+#: How a verifier reply is read (see :class:`VerifiedTeamEnv`); the first is the default.
+VERDICT_RULES = ("reference", "lenient")
 _VERDICT_RE = re.compile(r"<verify>\s*(approve|reject)\s*</verify>", re.IGNORECASE)
 
 
@@ -26,6 +28,25 @@ def parse_verdict(text: str) -> str | None:
     """The last ``<verify>approve|reject</verify>`` verdict in ``text`` (case and inner spaces ignored), else None."""
     found = _VERDICT_RE.findall(text)
     return found[-1].lower() if found else None
+
+
+def reference_verdict(text: str) -> tuple[str | None, bool]:
+    """(verdict, is_action_valid) of a math verifier reply as the Dr. MAS reference reads it.
+
+    The reply is projected (the first ``<verify>`` content stripped in place; valid iff both tags are present and
+    there is no CJK ideograph: ``langfengQ/DrMAS agent_system/agent/agents/math/verifier_agent.py:59-66``,
+    ``agent_system/agent/utils.py:155-196``), then ``"approve"`` if it contains ``<verify>approve</verify>``
+    (exact case, tested first), else ``"reject"`` if it contains ``<verify>reject</verify>``, else ``None``
+    (``verifier_agent.py:76-82``).
+
+    >>> reference_verdict("Fine. <verify> approve </verify>"), reference_verdict("<verify>maybe</verify>")
+    (('approve', True), (None, True))
+    """
+    projection = project_action(text, "verify", keep_whole=True)
+    for verdict in VERDICTS:
+        if f"<verify>{verdict}</verify>" in projection.action:
+            return verdict, projection.valid
+    return None, projection.valid
 
 
 class MathTeamEnv(TextAECEnv):
@@ -133,11 +154,15 @@ class VerifiedTeamEnv(MathTeamEnv):
 
     Args:
         max_loops: most proposals per episode (>= 1); the last one is graded without review.
-        missing_verdict: what a verifier reply without a ``<verify>`` tag counts as (the call is invalid either way).
+        missing_verdict: what a verifier reply without an approve/reject verdict counts as (reference: approve).
+        verdict_rule: ``"reference"`` (default): :func:`reference_verdict`, the reply is valid when it has the
+            ``<verify>`` tags, whatever their content; ``"lenient"`` (drmas v0): :func:`parse_verdict` (the last
+            verdict, any case and inner spacing), valid only when a verdict is found.
         others: as :class:`MathTeamEnv`.
 
     Raises:
-        ValueError: ``max_loops`` < 1 or ``missing_verdict`` not in ``("approve", "reject")``, plus
+        ValueError: ``max_loops`` < 1, ``missing_verdict`` not in ``("approve", "reject")``, an unknown
+            ``verdict_rule``, plus
             :class:`MathTeamEnv`'s errors.
     """
 
@@ -150,6 +175,7 @@ class VerifiedTeamEnv(MathTeamEnv):
         *,
         max_loops: int = 2,
         missing_verdict: str = "approve",
+        verdict_rule: str = "reference",
         size: int = 1000,
         data_seed: int = 0,
         format_penalty: float = 0.1,
@@ -163,6 +189,9 @@ class VerifiedTeamEnv(MathTeamEnv):
             raise ValueError(f"max_loops must be an int >= 1, got {max_loops!r}")
         if missing_verdict not in VERDICTS:
             raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {missing_verdict!r}")
+        if verdict_rule not in VERDICT_RULES:
+            raise ValueError(f"verdict_rule must be one of {VERDICT_RULES}, got {verdict_rule!r}")
+        self.verdict_rule = verdict_rule
         self.max_loops = max_loops
         self.missing_verdict = missing_verdict
         super().__init__(
@@ -194,14 +223,18 @@ class VerifiedTeamEnv(MathTeamEnv):
             valid, info = self._propose(text)
             info["loop"] = self.loop
             return Turn(valid, None if self.loop == self.max_loops else "verifier", info=info)
-        verdict = parse_verdict(text)
+        if self.verdict_rule == "reference":
+            verdict, valid = reference_verdict(text)
+        else:
+            verdict = parse_verdict(text)
+            valid = verdict is not None
         decided = verdict or self.missing_verdict
         self.verdicts.append(decided)
         info = {"verdict": decided, "verdict_found": verdict is not None, "loop": self.loop}
         if decided == "approve":
-            return Turn(verdict is not None, None, info=info)
+            return Turn(valid, None, info=info)
         self.loop += 1
-        return Turn(verdict is not None, self.NEXT_PROPOSER, info=info)
+        return Turn(valid, self.NEXT_PROPOSER, info=info)
 
     def _episode_outcome(self) -> Outcome:
         outcome = super()._episode_outcome()

@@ -95,7 +95,9 @@ def test_solver_verifier_protocol(actions, kwargs, order, score, returns):
 
 
 def test_solver_verifier_infos():
-    finals, calls, _ = play(SV, [r"x \boxed{\frac{14}{2}}", "<VERIFY> Reject </verify>", r"\boxed{7}"])
+    # "<VERIFY> Reject </verify>" is a reject only under the lenient rule (the reference needs exact tags)
+    finals, calls, _ = play(SV, [r"x \boxed{\frac{14}{2}}", "<VERIFY> Reject </verify>", r"\boxed{7}"],
+                            verdict_rule="lenient")
     assert calls[0][1]["extracted"] == r"\frac{14}{2}" and calls[0][1]["loop"] == 1
     assert (calls[1][1]["verdict"], calls[1][1]["verdict_found"], calls[1][1]["role"]) == (
         "reject",
@@ -155,6 +157,8 @@ def test_bad_arguments():
         drmas_envs.make(SV, data=TASKS, missing_verdict="maybe")
     with pytest.raises(ValueError, match="max_quote_chars must be an int >= 1, got 0"):
         drmas_envs.make(SV, data=TASKS, max_quote_chars=0)
+    with pytest.raises(ValueError, match=re.escape("verdict_rule must be one of ('reference', 'lenient'), got 'x'")):
+        drmas_envs.make(SV, data=TASKS, verdict_rule="x")
 
 
 GVR = "math-generator-verifier-refiner-v0"

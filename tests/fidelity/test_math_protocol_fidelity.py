@@ -1,4 +1,5 @@
-"""math-solver-verifier-v0 against the Dr. MAS reference (``langfengQ/DrMAS``): what each math agent sees.
+"""math-solver-verifier-v0 against the Dr. MAS reference (``langfengQ/DrMAS``): what each math agent sees, and how
+the Verifier's verdict is read.
 
 Cited files (paths in the reference repository):
   orchestra = agent_system/agent/orchestra/math/math_orchestra.py
@@ -58,6 +59,30 @@ def test_quote_cap_is_an_option_off_by_default():
     capped.step(LONG_SOLUTION)
     prompt = capped.observe("verifier")["prompt"]
     assert LONG_SOLUTION not in prompt and "characters omitted" in prompt and r"\boxed{8}" in prompt
+
+
+@pytest.mark.parametrize(
+    ("reply", "calls", "valid"),
+    [
+        ("Looks right. <verify> approve </verify>", 2, True),  # content stripped (utils.py:178-180) -> approve
+        ("<verify>reject</verify> no wait <verify>approve</verify>", 2, True),  # approve is tested first (:77-78)
+        ("<verify>maybe</verify>", 2, True),  # tags present: valid (utils.py:178-187); no verdict: approve (:81-82)
+        ("<VERIFY>reject</VERIFY>", 2, False),  # exact tags only (utils.py:169-176): invalid, no verdict -> approve
+        ("Step 2 is wrong. <verify>reject</verify>", 3, True),
+        ("错了 <verify>reject</verify>", 3, False),  # CJK: invalid (utils.py:194-196), the verdict still counts
+    ],
+)
+def test_math_verdict_is_read_as_the_reference(reply, calls, valid):
+    """verifier:59-66 (projection with the whole reply kept), verifier:70-88 (the approve/reject vector)."""
+    env = drmas_envs.make(SV, data=TASKS)
+    env.reset(options={"task_index": 0})
+    env.step(r"\boxed{7}")
+    env.step(reply)
+    assert env.infos["verifier"]["is_action_valid"] is valid
+    if calls == 3:
+        env.step(r"\boxed{7}")
+    assert [r.agent for r in env.unwrapped.history] == ["solver", "verifier", "solver"][:calls]
+    assert all(env.terminations.values())
 
 
 def test_verdict_less_math_verifier_approves():
