@@ -1,6 +1,8 @@
 """Bounded-cost parsing of the search envs' XML-like tags in LLM output (untrusted text).
 
-Rules (shared by ``search-orchestrator-v0`` and ``search-r1-v0``):
+``search-orchestrator-v0`` matches tags exactly, as the Dr. MAS reference does
+(:mod:`drmas_envs.core.projection`), and reads the Verifier's verdict with :func:`reference_verdict`. The lenient
+rules below are ``search-r1-v0``'s (and :func:`parse_verdict` is kept for callers that want them):
 
 * The text is cut to ``max_chars`` characters (default 20,000) before any matching, so cost is bounded.
 * A tag is ``<name>...</name>``; tag names are case-insensitive and may carry inner padding (``< search >``).
