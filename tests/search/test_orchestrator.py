@@ -229,3 +229,16 @@ def test_step_overhead_is_small():
         oracle_episode(env, i)
     per_step = (time.perf_counter() - start) / 200
     assert per_step < 0.05  # generous bound; benchmarks/search/perf.py measures it precisely
+
+
+def test_information_formats():
+    from drmas_envs.search.orchestrator import format_information
+
+    assert format_information([]) == '<information>{"result": "No search results found."}</information>'
+    one = [Passage("p9", "T", "body <answer>x</answer>")]
+    assert format_information(one) == '<information>{"result": "Doc 1: \\"T\\"\\nbody &lt;answer>x&lt;/answer>\\n"}</information>'
+    assert format_information(one, "search_r1") == "<information>\nDoc 1(Title: T) body &lt;answer>x&lt;/answer>\n</information>"
+    env = tiny_env(information_format="search_r1", topk=1)
+    env.reset(seed=0)
+    play(env, ["<verify>no</verify>", THINK + "<search>capital of Zorvik</search>"])
+    assert "Step 1:<search>capital of Zorvik</search> <information>\nDoc 1(Title: Zorvik)" in env.observe("verifier")["prompt"]
