@@ -26,10 +26,21 @@ verl/DrMAS reference.
 
 Conventions (decided here, pinned by tests/train/test_advantages.py):
 
-* **Singleton groups** (one valid member) get ``A = 0``. The reference returns the raw score, which is not a
-  group-*relative* quantity: it has the wrong scale (scores vs. standardised units) and a non-zero mean, so a
-  lone sample would push its policy in the direction of the raw reward sign. With no contrast there is no
-  baseline, so no learning signal, the same treatment as a zero-variance group.
+* **Singleton groups** (one valid member) get ``A = 0`` by default (``singleton="zero"``). The reference gives a
+  group of one mean 0 and std 1 (``langfengQ/DrMAS verl/trainer/ppo/core_algos.py:553-555``), so its advantage
+  is the raw score ``s / (1 + eps)`` (``s`` without std normalisation, ``core_algos.py:562-566``);
+  ``singleton="raw"`` reproduces that. drmas's default differs on purpose: the raw score is not a
+  group-*relative* quantity (scores vs. standardised units, non-zero mean), so a lone sample would push its
+  policy in the direction of the raw reward sign; with no contrast there is no baseline, so no learning signal,
+  the same treatment as a zero-variance group.
+
+  Worked example, Dr. MAS search (``drmas``, key (``uid``, ``agent_id``)): a prompt group of G = 5 rollouts in
+  which the Verifier said "no" in only one rollout, so the group ("q17", "search") holds one Search call. That
+  episode was answered correctly (R = 1) and the call was valid, so its score is 1.0. ``singleton="zero"``: A = 0,
+  the call is not reinforced (nothing to compare it with). ``singleton="raw"`` (reference): A = 1 / (1 + 1e-6)
+  = 0.999999, a full unit-scale push, as large as the best call of a well-contrasted group; had the episode
+  failed (R = 0) A would be 0, and with an invalid call (score -0.01) A = -0.00999999. The 4 other rollouts' calls
+  of the Verifier and Answer agents are normalised in their own groups either way.
 * **Zero / near-zero variance**: deviations are computed in float64 with a two-pass (subtract the mean first)
   scheme, and a group whose std is below ``ZERO_STD_RTOL * max(1, |mean|)`` is treated as exactly constant:
   all its advantages are 0 (so eight 0.9s give exactly 0, not float residue divided by eps).
@@ -50,6 +61,7 @@ import numpy as np
 
 __all__ = [
     "ZERO_STD_RTOL",
+    "SINGLETON_MODES",
     "AdvantageEstimator",
     "ESTIMATORS",
     "register_estimator",
@@ -63,13 +75,16 @@ __all__ = [
     "per_turn",
 ]
 
+#: accepted values of the estimators' ``singleton`` argument (see the module doc); the first is the default.
+SINGLETON_MODES = ("zero", "raw")
+
 #: a group whose std is below ``ZERO_STD_RTOL * max(1, |mean|)`` counts as constant (advantages exactly 0).
 ZERO_STD_RTOL = 1e-7
 
 
 class AdvantageEstimator(Protocol):
-    """``fn(scores, *, uid, agent_id, traj_uid, turn, mask=None, norm_by_std=True, eps=1e-6, unbiased=True)``
-    -> advantages (B,) float64."""
+    """``fn(scores, *, uid, agent_id, traj_uid, turn, mask=None, norm_by_std=True, eps=1e-6, unbiased=True,
+    singleton="zero")`` -> advantages (B,) float64."""
 
     def __call__(
         self,
@@ -83,6 +98,7 @@ class AdvantageEstimator(Protocol):
         norm_by_std: bool = True,
         eps: float = 1e-6,
         unbiased: bool = True,
+        singleton: str = "zero",
     ) -> np.ndarray: ...
 
 
@@ -177,21 +193,33 @@ def normalize_in_groups(
     norm_by_std: bool = True,
     eps: float = 1e-6,
     unbiased: bool = True,
+    singleton: str = "zero",
 ) -> np.ndarray:
     """``(v - mean_g) / (std_g + eps)`` per row (or ``v - mean_g`` without std), with the module conventions.
 
     Args:
         values: (B,) float scores. groups: (B,) dense int group ids. valid: (B,) bool, rows that take part.
+        singleton: advantage of a group with one valid member: ``"zero"`` (drmas) or ``"raw"`` (the reference:
+            mean 0, std 1, i.e. ``v / (1 + eps)``, or ``v`` without std normalisation).
 
     Returns:
-        (B,) float64; 0 for invalid rows, singleton groups and (near-)constant groups.
+        (B,) float64; 0 for invalid rows and (near-)constant groups; singleton groups as ``singleton`` says.
+
+    Raises:
+        ValueError: unknown ``singleton``.
     """
+    if singleton not in SINGLETON_MODES:
+        raise ValueError(f"singleton must be one of {SINGLETON_MODES}, got {singleton!r}")
     count, mean, std = group_stats(values, groups, unbiased=unbiased, weight=valid)
     constant = (count < 2) | (std <= ZERO_STD_RTOL * np.maximum(1.0, np.abs(mean)))
     v = np.where(valid, np.asarray(values, dtype=np.float64), 0.0)
     dev = v - mean[groups]  # Dr. MAS Eq. (3) numerator
     adv = dev / (std[groups] + eps) if norm_by_std else dev
-    return np.where(valid & ~constant[groups], adv, 0.0)
+    adv = np.where(valid & ~constant[groups], adv, 0.0)
+    if singleton == "raw":  # langfengQ/DrMAS verl/trainer/ppo/core_algos.py:553-555 (mean 0, std 1), :562-566
+        lone = valid & (count[groups] == 1)
+        adv = np.where(lone, v / (1.0 + eps) if norm_by_std else v, adv)
+    return adv
 
 
 def _prepare(scores, mask, *cols) -> tuple[np.ndarray, np.ndarray]:
@@ -219,7 +247,10 @@ def _prepare(scores, mask, *cols) -> tuple[np.ndarray, np.ndarray]:
 
 
 @register_estimator("grpo")
-def grpo(scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_std=True, eps=1e-6, unbiased=True):
+def grpo(
+    scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_std=True, eps=1e-6, unbiased=True,
+    singleton="zero",
+):
     """Vanilla GRPO over trajectories (the Dr. MAS paper's baseline, arXiv 2602.08847 Eq. (3)).
 
     Per prompt group ``uid``, each trajectory's score is the mean of its valid calls' scores; trajectories are
@@ -228,12 +259,13 @@ def grpo(scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_
     Args:
         scores: (B,) per-call scores. uid, agent_id, traj_uid: (B,) ids (``traj_uid`` required).
         turn: unused. mask: (B,) bool, rows to include (False = padding, A = 0).
+        singleton: ``"zero"`` (default) or ``"raw"`` (the reference), see the module doc.
 
     Returns:
         (B,) float64 advantages.
 
     Raises:
-        ValueError: missing ``traj_uid`` or length mismatch.
+        ValueError: missing ``traj_uid``, length mismatch, or unknown ``singleton``.
     """
     s, valid = _prepare(scores, mask, ("uid", uid), ("agent_id", agent_id), ("traj_uid", traj_uid))
     traj = group_index(uid, traj_uid)  # (B,) trajectory ids
@@ -241,12 +273,16 @@ def grpo(scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_
     t_valid = t_count > 0
     t_uid = np.zeros(len(t_count), dtype=np.int64)
     t_uid[traj] = group_index(uid)  # each trajectory's prompt group
-    t_adv = normalize_in_groups(t_score, t_uid, valid=t_valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased)
+    t_adv = normalize_in_groups(t_score, t_uid, valid=t_valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased,
+                                 singleton=singleton)
     return np.where(valid, t_adv[traj], 0.0)
 
 
 @register_estimator("drmas")
-def drmas(scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_std=True, eps=1e-6, unbiased=True):
+def drmas(
+    scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_std=True, eps=1e-6, unbiased=True,
+    singleton="zero",
+):
     """Dr. MAS agent-wise normalisation (arXiv 2602.08847, Eq. (5)): group key (``uid``, ``agent_id``).
 
     All calls of agent k in prompt group ``uid`` (all turns, all G rollouts) are pooled; each keeps its own score:
@@ -256,13 +292,15 @@ def drmas(scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by
     """
     s, valid = _prepare(scores, mask, ("uid", uid), ("agent_id", agent_id))
     return normalize_in_groups(
-        s, group_index(uid, agent_id), valid=valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased
+        s, group_index(uid, agent_id), valid=valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased,
+        singleton=singleton,
     )
 
 
 @register_estimator("grpo_step")
 def grpo_step(
-    scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_std=True, eps=1e-6, unbiased=True
+    scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_std=True, eps=1e-6, unbiased=True,
+    singleton="zero",
 ):
     """Global step-level GRPO: per ``uid``, all calls of all agents pooled, each keeping its own score.
 
@@ -270,11 +308,15 @@ def grpo_step(
     (one call) but the global group of ``grpo``. Args/Returns/Raises: as :func:`grpo`.
     """
     s, valid = _prepare(scores, mask, ("uid", uid), ("agent_id", agent_id))
-    return normalize_in_groups(s, group_index(uid), valid=valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased)
+    return normalize_in_groups(s, group_index(uid), valid=valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased,
+                               singleton=singleton)
 
 
 @register_estimator("per_turn")
-def per_turn(scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_std=True, eps=1e-6, unbiased=True):
+def per_turn(
+    scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm_by_std=True, eps=1e-6, unbiased=True,
+    singleton="zero",
+):
     """Per (``uid``, ``agent_id``, ``turn``) groups, as AT-GRPO (arXiv 2510.11062).
 
     ``turn`` should be the agent's own call index (``Sample.agent_turn``), so the group of "the solver's 2nd
@@ -282,5 +324,6 @@ def per_turn(scores, *, uid, agent_id, traj_uid=None, turn=None, mask=None, norm
     """
     s, valid = _prepare(scores, mask, ("uid", uid), ("agent_id", agent_id), ("turn", turn))
     return normalize_in_groups(
-        s, group_index(uid, agent_id, turn), valid=valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased
+        s, group_index(uid, agent_id, turn), valid=valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased,
+        singleton=singleton,
     )

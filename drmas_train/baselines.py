@@ -7,7 +7,7 @@ the ``oracle`` can read ``env.task``), the acting agent id and a per-episode ``r
 ``oracle``     answers with the ground truth in the env's own protocol. Math solver/generator/refiner:
                ``\\boxed{answer}``; math verifier: ``<verify>approve</verify>``. Search: never searches,
                the verifier says ``<verify>yes</verify>``, answer agents give the first gold answer in
-               ``<answer>...</answer>``. Should score (close to) 100 %: less points at a grading or
+               ``<answer>...</answer>`` after a one-line ``<think>`` block. Should score (close to) 100 %: less points at a grading or
                protocol bug.
 ``random``     random words and digits, no protocol tags: the floor (mostly invalid actions).
 ``no-search``  search envs only: follows the protocol but never retrieves (the verifier says yes at once,
@@ -82,10 +82,11 @@ def _search_action(env: Any, agent: str, answer: str, policy: str) -> str:
     roles = _roles(env, agent)
     if roles & set(_SEARCH_VERIFIER_ROLES):
         return "<verify>yes</verify>"
+    # one <think> block: the Dr. MAS search agents must reason first (langfengQ/DrMAS agent_system/agent/utils.py:198-208)
     if roles & set(_SEARCH_ANSWER_ROLES):
-        return f"<answer>{answer}</answer>"
+        return f"<think>The answer is known.</think><answer>{answer}</answer>"
     if roles & set(_SEARCH_QUERY_ROLES):  # only asked when a verifier said no; the baselines never do
-        return f"<search>{env.task.question}</search>"
+        return f"<think>Search the question.</think><search>{env.task.question}</search>"
     raise _unknown(env, env.role(agent), policy)
 
 

@@ -128,8 +128,8 @@ def env_perf(episodes: int) -> dict:
 
     out = {}
     scripts = {
-        "search-orchestrator-v0": lambda t: ["<verify>no</verify>", f"<search>{t.question}</search>",
-                                             "<verify>yes</verify>", f"<answer>{t.answers[0]}</answer>"],
+        "search-orchestrator-v0": lambda t: ["<verify>no</verify>", f"<think>look it up</think><search>{t.question}</search>",
+                                             "<verify>yes</verify>", f"<think>found</think><answer>{t.answers[0]}</answer>"],
         "search-r1-v0": lambda t: [f"<think>look it up</think><search>{t.question}</search>",
                                    f"<answer>{t.answers[0]}</answer>"],
     }

@@ -6,15 +6,16 @@ r"""# Math Generator-Verifier-Refiner (``math-generator-verifier-refiner-v0``)
 | Agents | ``["generator", "verifier", "refiner"]`` ("Generator Agent", "Verifier Agent", "Refiner Agent") |
 | Turn order | generator, verifier, refiner, verifier, refiner, ..., refiner (at most ``2 * max_loops - 1`` calls) |
 | Action | free text (any ``str``) |
-| Observation | ``{"prompt": str, "messages": ({"role": "user", "content": str},)}`` |
+| Observation | ``{"prompt": str, "messages": ({"role": "system", ...}, {"role": "user", "content": str})}`` |
 | Default tasks | reasoning-gym ``gsm_symbolic``, 1,000 tasks from seed 0 (offline) |
 
 A three-role variant of ``math-solver-verifier-v0`` with the same grading rules. Loop 1: the Generator proposes
 a solution ending with ``\boxed{...}``. In every loop ``k < max_loops`` the Verifier reviews the most recent
 solution and ends with ``<verify>approve</verify>`` (episode ends) or ``<verify>reject</verify>`` (the Refiner
-writes a corrected solution, which opens loop ``k + 1``). The solution of the last loop is not verified. A missing
-verdict counts as ``missing_verdict`` (default ``"approve"``) and is invalid. Team context as in the
-solver-verifier env (every earlier output, each quoted up to ``max_quote_chars`` characters).
+writes a corrected solution, which opens loop ``k + 1``). The solution of the last loop is not verified. Verdicts
+are read as in the solver-verifier env (``verdict_rule``; a missing verdict counts as ``missing_verdict``,
+default ``"approve"``). Team context as in the
+solver-verifier env (every earlier output in full, as the reference; ``max_quote_chars`` caps each).
 
 ## Rewards
 
@@ -25,7 +26,7 @@ Only the **last proposed solution** (generator's, or the latest refiner's) is gr
 | last solution correct | +1 | +1 | +1 |
 | last solution wrong / no box / timeout | 0 | 0 | 0 |
 | each generator / refiner call without a non-blank ``\boxed{}`` | -0.1 (own calls) | 0 | -0.1 (own calls) |
-| each verifier call without a verdict tag | 0 | -0.1 | 0 |
+| each verifier call without a ``<verify>...</verify>`` pair | 0 | -0.1 | 0 |
 
 ## Termination vs truncation
 
@@ -34,8 +35,9 @@ infos: ``won``, ``score``, ``extracted``, ``grade_reason``, ``ground_truth``, ``
 
 ## Arguments
 
-``data``, ``max_loops`` (>= 1, default 2; 1 = generator only), ``missing_verdict``, ``format_penalty`` (0.1),
-``max_quote_chars`` (4000), ``prompts`` (keys ``env``, ``generator``, ``verifier``, ``refiner``), ``size`` /
+``data``, ``max_loops`` (>= 1, default 2; 1 = generator only), ``missing_verdict``, ``verdict_rule``, ``format_penalty`` (0.1),
+``max_quote_chars`` (None: full outputs), ``system_prompt``, ``prompts`` (keys ``env``, ``generator``,
+``verifier``, ``refiner``), ``size`` /
 ``data_seed``, ``grade_timeout_s`` (1.0), ``render_mode``.
 
 ## Version history

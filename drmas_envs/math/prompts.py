@@ -1,6 +1,7 @@
 r"""Every prompt of the math envs, in one place.
 
-Structure (Dr. MAS, arXiv 2602.08847, Appendix C.1): each agent gets one user message made of the shared
+Structure (Dr. MAS, arXiv 2602.08847, Appendix C.1; ``langfengQ/DrMAS agent_system/agent/agents/math/``): each agent
+gets the system message :data:`SYSTEM_PROMPT` and one user message made of the shared
 *environment prompt* (the problem), the *team context* (teammates' earlier outputs, oldest first) and its *role
 instruction*. Templates are ``str.format`` strings with these fields:
 
@@ -11,7 +12,8 @@ instruction*. Templates are ``str.format`` strings with these fields:
 Envs accept ``prompts={"env": ..., "<agent id>": ...}`` to override any of them; unknown keys or fields are a
 ``ValueError`` at construction (:func:`resolve_prompts`).
 
-Team context is bounded: each quoted output keeps at most ``max_quote_chars`` characters (its head and tail,
+Team context holds every teammate output in full, as the reference's (:data:`TEAM_OUTPUT` blocks). An env's
+``max_quote_chars`` option (off by default) cuts each quoted output to that many characters (its head and tail,
 with ``[... N characters omitted ...]`` between them, so the final ``\boxed{}`` / verdict stays visible).
 """
 
@@ -27,29 +29,40 @@ __all__ = [
     "GENERATOR_PROMPT",
     "REFINER_PROMPT",
     "NO_CONTEXT",
+    "SYSTEM_PROMPT",
+    "TEAM_OUTPUT",
     "ROLE_NAMES",
     "quote",
     "format_team_context",
     "resolve_prompts",
 ]
 
+#: The system message of every agent call: the reference's fallback when the data has no system turn (its math
+#: data has none): ``langfengQ/DrMAS agent_system/multi_turn_rollout/utils.py:107``.
+SYSTEM_PROMPT = "You are a helpful and harmless assistant."
+
+# ENV_PROMPT, SOLVER_PROMPT and VERIFIER_PROMPT are the reference's text verbatim (Apache-2.0, langfengQ/DrMAS),
+# leading and trailing newlines included; only the field names differ ({question}, and {reviewed} which is
+# "Solver Agent" in math-solver-verifier-v0).
+
+#: ``agent_system/environments/prompts/math.py:20-22`` (``MATH_MULTIAGENT_TEMPLATE``).
 ENV_PROMPT = (
-    "You are a member of an expert multi-agent team tasked with solving the math problem. "
-    "The team's math problem is: {question}"
+    "You are a member of an expert multi-agent team tasked with solving the math problem.\n"
+    "The team's math problem is: {question}\n"
 )
 
-SOLVER_PROMPT = """# Task Introduction
-{env_prompt}
+#: ``agent_system/agent/agents/math/solver_agent.py:26-37``.
+SOLVER_PROMPT = (
+    "\n# Task Introduction\n{env_prompt}\n\n# Your Teammates' Outputs\n{team_context}\n\n# Your Role\n"
+    'You are a "Solver Agent". Your job is to carefully reason through the math problem step by step and derive the '
+    "correct answer. When reasoning, consider your teammates' outputs (if any) as auxiliary context. \n"
+    "\n"
+    "You should give the final answer within \\boxed{{}}.\n"
+)
 
-# Your Teammates' Outputs
-{team_context}
-
-# Your Role
-You are a "Solver Agent". Your job is to carefully reason through the math problem step by step and derive the \
-correct answer. When reasoning, consider your teammates' outputs (if any) as auxiliary context. You should give the \
-final answer within \\boxed{{}}."""
-
-VERIFIER_PROMPT = """# Task Introduction
+#: ``agent_system/agent/agents/math/verifier_agent.py:26-38``.
+VERIFIER_PROMPT = """
+# Task Introduction
 {env_prompt}
 
 # Your Teammates' Outputs
@@ -57,10 +70,11 @@ VERIFIER_PROMPT = """# Task Introduction
 
 # Your Role
 You are a "Verifier Agent". Your responsibility is to critically review the most recent solution provided by the \
-"{reviewed}". Check each reasoning step, formula, and conclusion for accuracy, completeness, and logical \
-consistency. At the end of your output, you MUST provide your verdict within <verify> </verify> using exactly one of:
+"{reviewed}". Check each reasoning step, formula, and conclusion for accuracy, completeness, and logical consistency.
+At the end of your output, you MUST provide your verdict within <verify> </verify> using exactly one of:
 (1) <verify>approve</verify> if all steps and the final answer are correct.
-(2) <verify>reject</verify> if you detect any issue."""
+(2) <verify>reject</verify> if you detect any issue.
+"""
 
 GENERATOR_PROMPT = """# Task Introduction
 {env_prompt}
@@ -82,8 +96,12 @@ REFINER_PROMPT = """# Task Introduction
 You are a "Refiner Agent". The Verifier Agent rejected the most recent solution. Use its review to fix the errors \
 and write a corrected, complete solution. You should give the final answer within \\boxed{{}}."""
 
-#: What ``{team_context}`` says before anyone has spoken.
-NO_CONTEXT = "(none yet: you are the first to act)"
+#: What ``{team_context}`` holds before anyone has spoken: nothing, as in the reference
+#: (``agent_system/agent/orchestra/base.py:147``).
+NO_CONTEXT = ""
+
+#: One teammate output in ``{team_context}``: ``langfengQ/DrMAS agent_system/agent/orchestra/math/math_orchestra.py:35``.
+TEAM_OUTPUT = '\nThe output of "{role}": {text}\n'
 
 #: Display names used in team context and prompts, by agent id.
 ROLE_NAMES = {
@@ -109,15 +127,24 @@ def quote(text: str, max_chars: int) -> str:
     return f"{text[:head]}\n[... {len(text) - max_chars} characters omitted ...]\n{text[-tail:]}"
 
 
-def format_team_context(outputs: Sequence[tuple[str, str]], max_quote_chars: int) -> str:
-    """Render earlier ``(agent_id, text)`` outputs, oldest first, each quoted with :func:`quote`."""
+def format_team_context(outputs: Sequence[tuple[str, str]], max_quote_chars: int | None = None) -> str:
+    """Render earlier ``(agent_id, text)`` outputs, oldest first, as the reference's team context.
+
+    Each output becomes ``\\nThe output of "<Role Name>": <text>\\n`` and they are concatenated
+    (``math_orchestra.py:28-36``); no outputs give :data:`NO_CONTEXT` (``""``). Texts are quoted in full, as the
+    reference does, unless ``max_quote_chars`` is given: then each is cut with :func:`quote` (a drmas option,
+    off by default; the reference bounds the whole prompt instead, by middle truncation of its tokens).
+
+    Raises:
+        ValueError: ``max_quote_chars`` < 1.
+    """
     if not outputs:
         return NO_CONTEXT
-    blocks = [
-        f"[{ROLE_NAMES.get(agent, agent)}, turn {i}]\n{quote(text, max_quote_chars)}"
-        for i, (agent, text) in enumerate(outputs, start=1)
-    ]
-    return "\n\n".join(blocks)
+    return "".join(
+        TEAM_OUTPUT.format(role=ROLE_NAMES.get(agent, agent),
+                           text=text if max_quote_chars is None else quote(text, max_quote_chars))
+        for agent, text in outputs
+    )
 
 
 def resolve_prompts(defaults: Mapping[str, str], overrides: Mapping[str, str] | None) -> dict[str, str]:

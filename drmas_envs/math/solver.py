@@ -6,7 +6,7 @@ r"""# Math Solver (``math-solver-v0``): one Solver turn, graded
 | Agents | ``["solver"]`` (role "Solver Agent") |
 | Turn order | solver (one call) |
 | Action | free text (any ``str``) |
-| Observation | ``{"prompt": str, "messages": ({"role": "user", "content": str},)}`` |
+| Observation | ``{"prompt": str, "messages": ({"role": "system", ...}, {"role": "user", "content": str})}`` |
 | Default tasks | reasoning-gym ``gsm_symbolic``, 1,000 tasks from seed 0 (offline) |
 
 The single-agent baseline of the Dr. MAS math experiments (arXiv 2602.08847): the Solver sees the problem (same
@@ -28,7 +28,8 @@ The episode **terminates** after the one call; it is never truncated. Final info
 ## Arguments
 
 ``data`` (task spec or TaskSource), ``format_penalty`` (0.1), ``prompts`` (keys ``env``, ``solver``),
-``size`` / ``data_seed`` (reasoning-gym source), ``max_quote_chars`` (unused: no teammates), ``grade_timeout_s``
+``size`` / ``data_seed`` (reasoning-gym source), ``max_quote_chars`` (unused: no teammates), ``system_prompt``,
+``grade_timeout_s``
 (1.0), ``render_mode``.
 
 ## Version history

@@ -6,15 +6,22 @@ r"""# Math Solver-Verifier (``math-solver-verifier-v0``): the Dr. MAS math proto
 | Agents | ``["solver", "verifier"]`` (roles "Solver Agent", "Verifier Agent") |
 | Turn order | solver, verifier, solver, verifier, ..., solver (at most ``2 * max_loops - 1`` calls) |
 | Action | free text (any ``str``) |
-| Observation | ``{"prompt": str, "messages": ({"role": "user", "content": str},)}`` |
+| Observation | ``{"prompt": str, "messages": ({"role": "system", ...}, {"role": "user", "content": str})}`` |
 | Default tasks | reasoning-gym ``gsm_symbolic``, 1,000 tasks from seed 0 (offline) |
 
 Protocol (Dr. MAS, arXiv 2602.08847, Sec. 5 / Appendix C.1). For loop ``k = 1 .. max_loops``: the Solver
 answers, ending with ``\boxed{...}``; unless ``k == max_loops``, the Verifier reviews the most recent solution and
 ends with ``<verify>approve</verify>`` or ``<verify>reject</verify>``. *Approve* ends the episode; *reject* sends
-the Solver around again. A verifier output without a verdict tag counts as ``missing_verdict`` (default
-``"approve"``) and is an invalid call. Each agent sees the problem plus the team context: every earlier output
-of the episode, oldest first, each quoted up to ``max_quote_chars`` characters (head and tail kept).
+the Solver around again. Verdicts are read as the reference does (``verdict_rule="reference"``,
+:func:`~drmas_envs.math.team.reference_verdict`): exact ``<verify>approve</verify>`` first, then
+``<verify>reject</verify>``; a reply with neither counts as ``missing_verdict`` (default ``"approve"``), and a
+reply is invalid when it lacks the ``<verify>``/``</verify>`` tags (``verdict_rule="lenient"``: the last verdict in
+any case, invalid when none is found). Each agent sees the problem plus the team context: every earlier output
+of the episode, oldest first, in full as ``\nThe output of "Solver Agent": ...\n`` blocks (the reference's
+``math_orchestra.py:28-36``; a verifier's reply with its verdict stripped in place). ``max_quote_chars`` (an int)
+cuts each quoted output (head and tail kept); the reference bounds the whole prompt instead (middle truncation of
+its tokens, on the trainer side). System message: ``system_prompt`` (the reference's "You are a helpful and
+harmless assistant.").
 
 ## Rewards
 
@@ -26,7 +33,7 @@ gets the episode reward ``R``; each invalid call costs its agent ``format_penalt
 | last solver answer correct | +1 | +1 |
 | last solver answer wrong / no box / timeout | 0 | 0 |
 | each solver call without a non-blank ``\boxed{}`` | -0.1 | 0 |
-| each verifier call without a ``<verify>`` approve / reject tag | 0 | -0.1 |
+| each verifier call without a ``<verify>...</verify>`` pair (or with CJK text) | 0 | -0.1 |
 
 So an agent's return is ``R - 0.1 * (its invalid calls)``; ``infos[agent]["penalty"]`` is the penalty of that call.
 
@@ -39,8 +46,8 @@ Episodes always **terminate** (approve, or the solver's answer in the last loop)
 ## Arguments
 
 ``data`` (task spec or TaskSource), ``max_loops`` (>= 1, default 2), ``missing_verdict`` (``"approve"`` |
-``"reject"``), ``format_penalty`` (0.1), ``max_quote_chars`` (4000), ``prompts`` (overrides of keys ``env``,
-``solver``, ``verifier``), ``size`` / ``data_seed`` (reasoning-gym source), ``grade_timeout_s`` (1.0),
+``"reject"``), ``verdict_rule`` (``"reference"`` | ``"lenient"``), ``format_penalty`` (0.1), ``max_quote_chars``
+(None: full outputs), ``system_prompt``, ``prompts`` (overrides of keys ``env``, ``solver``, ``verifier``), ``size`` / ``data_seed`` (reasoning-gym source), ``grade_timeout_s`` (1.0),
 ``render_mode``. Per-step infos: solver ``extracted``, ``loop``; verifier ``verdict``, ``verdict_found``, ``loop``.
 
 ## Version history

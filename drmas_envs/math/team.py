@@ -12,17 +12,39 @@ from typing import Any
 
 from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn, tags
 from drmas_envs.core.factories import complete_signature
+from drmas_envs.core.projection import project_action
 from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
 from drmas_envs.math import prompts as P
 from drmas_envs.math.grading import MathGrader, extract_boxed
 
-__all__ = ["MathTeamEnv", "VerifiedTeamEnv", "parse_verdict", "VERDICTS"]
+__all__ = ["MathTeamEnv", "VerifiedTeamEnv", "parse_verdict", "reference_verdict", "VERDICTS", "VERDICT_RULES"]
 
 VERDICTS = ("approve", "reject")
+#: How a verifier reply is read (see :class:`VerifiedTeamEnv`); the first is the default.
+VERDICT_RULES = ("reference", "lenient")
 
 #: ``parse_verdict(text) -> "approve" | "reject" | None``: the last ``<verify>`` pair holding a verdict (case,
 #: whitespace and a trailing ``.``/``!`` ignored); :func:`drmas_envs.core.tags.parse_verdict` with the math words.
 parse_verdict = functools.partial(tags.parse_verdict, verdicts=VERDICTS, last=True)
+
+
+def reference_verdict(text: str) -> tuple[str | None, bool]:
+    """(verdict, is_action_valid) of a math verifier reply as the Dr. MAS reference reads it.
+
+    The reply is projected (the first ``<verify>`` content stripped in place; valid iff both tags are present and
+    there is no CJK ideograph: ``langfengQ/DrMAS agent_system/agent/agents/math/verifier_agent.py:59-66``,
+    ``agent_system/agent/utils.py:155-196``), then ``"approve"`` if it contains ``<verify>approve</verify>``
+    (exact case, tested first), else ``"reject"`` if it contains ``<verify>reject</verify>``, else ``None``
+    (``verifier_agent.py:76-82``).
+
+    >>> reference_verdict("Fine. <verify> approve </verify>"), reference_verdict("<verify>maybe</verify>")
+    (('approve', True), (None, True))
+    """
+    projection = project_action(text, "verify", keep_whole=True)
+    for verdict in VERDICTS:
+        if f"<verify>{verdict}</verify>" in projection.action:
+            return verdict, projection.valid
+    return None, projection.valid
 
 
 class MathTeamEnv(TextAECEnv):
@@ -36,13 +58,17 @@ class MathTeamEnv(TextAECEnv):
             or a TaskSource; default ``"reasoning_gym:gsm_symbolic"`` (``size`` tasks from ``data_seed``).
         size, data_seed: size and seed of a reasoning-gym source (ignored for files).
         format_penalty: reward subtracted per invalid call (Dr. MAS default 0.1).
-        max_quote_chars: at most this many characters of each teammate output are quoted in context.
+        max_quote_chars: ``None`` (default, the reference): teammate outputs are quoted in full; an int >= 1 cuts
+            each quoted output to that many characters (head and tail kept, :func:`drmas_envs.math.prompts.quote`).
         prompts: template overrides by key (see :mod:`drmas_envs.math.prompts`).
+        system_prompt: the system message of every call (default the reference's
+            ``"You are a helpful and harmless assistant."``); ``None`` or ``""`` sends the user message alone.
         grade_timeout_s: hard wall-clock limit of one math-verify call (seconds).
         render_mode: ``None``, ``"ansi"`` or ``"human"``.
 
     Raises:
-        ValueError: bad prompts, ``max_quote_chars`` < 1, or any error of the base / task loading.
+        ValueError: bad prompts, ``max_quote_chars`` not None and < 1, a non-str ``system_prompt``, or any error
+            of the base / task loading.
     """
 
     DEFAULT_PROMPTS: Mapping[str, str] = {}
@@ -54,15 +80,21 @@ class MathTeamEnv(TextAECEnv):
         size: int = 1000,
         data_seed: int = 0,
         format_penalty: float = 0.1,
-        max_quote_chars: int = 4000,
+        max_quote_chars: int | None = None,
         prompts: Mapping[str, str] | None = None,
+        system_prompt: str | None = P.SYSTEM_PROMPT,
         grade_timeout_s: float = 1.0,
         render_mode: str | None = None,
     ) -> None:
-        if isinstance(max_quote_chars, bool) or not isinstance(max_quote_chars, int) or max_quote_chars < 1:
-            raise ValueError(f"max_quote_chars must be an int >= 1, got {max_quote_chars!r}")
+        if max_quote_chars is not None and (
+            isinstance(max_quote_chars, bool) or not isinstance(max_quote_chars, int) or max_quote_chars < 1
+        ):
+            raise ValueError(f"max_quote_chars must be an int >= 1, got {max_quote_chars!r} (or None: no cap)")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ValueError(f"system_prompt must be a str or None, got {type(system_prompt).__name__}")
         self.prompts = P.resolve_prompts(self.DEFAULT_PROMPTS, prompts)
         self.max_quote_chars = max_quote_chars
+        self.system_prompt = system_prompt or ""
         self.grader = MathGrader(timeout_s=grade_timeout_s)
         self.grader.prestart()  # the math-verify worker imports sympy while the first episode is played
         tasks = load_tasks(DEFAULT_MATH_SPEC if data is None else data, seed=data_seed, size=size)
@@ -71,7 +103,13 @@ class MathTeamEnv(TextAECEnv):
 
     # ---- helpers for subclasses ----
     def _team_context(self) -> str:
-        return P.format_team_context([(r.agent, r.text) for r in self.history], self.max_quote_chars)
+        # a verifier's reply enters the context with its verdict stripped in place, as the reference projects it
+        # (langfengQ/DrMAS agent_system/agent/agents/math/verifier_agent.py:59-65, agent/utils.py:179-180)
+        outputs = [
+            (r.agent, project_action(r.text, "verify", keep_whole=True).action if r.agent == "verifier" else r.text)
+            for r in self.history
+        ]
+        return P.format_team_context(outputs, self.max_quote_chars)
 
     def _role_prompt(self, agent: str, **fields: str) -> tuple[str, str]:
         question = self.task.question
@@ -79,7 +117,7 @@ class MathTeamEnv(TextAECEnv):
         user = self.prompts[agent].format(
             env_prompt=env_prompt, team_context=self._team_context(), question=question, **fields
         )
-        return "", user
+        return self.system_prompt, user
 
     def _propose(self, text: str) -> tuple[bool, dict[str, Any]]:
         """Record ``text`` as the team's current solution; valid iff it has a non-blank box."""
@@ -114,11 +152,15 @@ class VerifiedTeamEnv(MathTeamEnv):
 
     Args:
         max_loops: most proposals per episode (>= 1); the last one is graded without review.
-        missing_verdict: what a verifier reply without a ``<verify>`` tag counts as (the call is invalid either way).
+        missing_verdict: what a verifier reply without an approve/reject verdict counts as (reference: approve).
+        verdict_rule: ``"reference"`` (default): :func:`reference_verdict`, the reply is valid when it has the
+            ``<verify>`` tags, whatever their content; ``"lenient"`` (drmas v0): :func:`parse_verdict` (the last
+            verdict, any case and inner spacing), valid only when a verdict is found.
         team: the other arguments, as :class:`MathTeamEnv` (the class signature lists them all).
 
     Raises:
-        ValueError: ``max_loops`` < 1 or ``missing_verdict`` not in ``("approve", "reject")``, plus
+        ValueError: ``max_loops`` < 1, ``missing_verdict`` not in ``("approve", "reject")``, an unknown
+            ``verdict_rule``, plus
             :class:`MathTeamEnv`'s errors.
     """
 
@@ -126,12 +168,21 @@ class VerifiedTeamEnv(MathTeamEnv):
     NEXT_PROPOSER: str = "solver"
 
     def __init__(
-        self, data: str | TaskSource | None = None, *, max_loops: int = 2, missing_verdict: str = "approve", **team: Any
+        self,
+        data: str | TaskSource | None = None,
+        *,
+        max_loops: int = 2,
+        missing_verdict: str = "approve",
+        verdict_rule: str = "reference",
+        **team: Any,
     ) -> None:
         if isinstance(max_loops, bool) or not isinstance(max_loops, int) or max_loops < 1:
             raise ValueError(f"max_loops must be an int >= 1, got {max_loops!r}")
         if missing_verdict not in VERDICTS:
             raise ValueError(f"missing_verdict must be one of {VERDICTS}, got {missing_verdict!r}")
+        if verdict_rule not in VERDICT_RULES:
+            raise ValueError(f"verdict_rule must be one of {VERDICT_RULES}, got {verdict_rule!r}")
+        self.verdict_rule = verdict_rule
         self.max_loops = max_loops
         self.missing_verdict = missing_verdict
         super().__init__(data, **team)
@@ -153,14 +204,18 @@ class VerifiedTeamEnv(MathTeamEnv):
             valid, info = self._propose(text)
             info["loop"] = self.loop
             return Turn(valid, None if self.loop == self.max_loops else "verifier", info=info)
-        verdict = parse_verdict(text)
+        if self.verdict_rule == "reference":
+            verdict, valid = reference_verdict(text)
+        else:
+            verdict = parse_verdict(text)
+            valid = verdict is not None
         decided = verdict or self.missing_verdict
         self.verdicts.append(decided)
         info = {"verdict": decided, "verdict_found": verdict is not None, "loop": self.loop}
         if decided == "approve":
-            return Turn(verdict is not None, None, info=info)
+            return Turn(valid, None, info=info)
         self.loop += 1
-        return Turn(verdict is not None, self.NEXT_PROPOSER, info=info)
+        return Turn(valid, self.NEXT_PROPOSER, info=info)
 
     def _episode_outcome(self) -> Outcome:
         outcome = super()._episode_outcome()

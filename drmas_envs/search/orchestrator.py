@@ -2,106 +2,195 @@
 
 | Import             | `drmas_envs.make("search-orchestrator-v0")`                                  |
 |--------------------|-------------------------------------------------------------------------------|
-| Agents             | `["verifier", "search", "answer"]`                                            |
+| Agents             | `["verifier", "search", "answer"]` (roles "Verifier Agent", "Search Agent", "Answer Agent") |
 | Actions            | free text (`str`)                                                             |
-| Observations       | `{"prompt": str, "messages": ({"role", "content"}, ...)}` per agent           |
+| Observations       | `{"prompt": str, "messages": ({"role": "system"}, {"role": "user"})}` per agent |
 | Default data       | synthetic encyclopedia (seeded, offline) + in-process BM25, top-3             |
 
-Three LLM agents answer a question with a search engine (Dr. MAS, arXiv 2602.08847, search setting).
-Each **env step** starts with the **Verifier** (router), which decides whether the information gathered so far
-suffices: `<verify>yes</verify>` hands over to the **Answer agent**, whose `<answer>...</answer>` ends the episode;
-`<verify>no</verify>` hands over to the **Search agent**, whose `<search>query</search>` is run against the
-retriever; the top-k passages are appended to the shared memory and the next step begins.
+Three LLM agents answer a question with a search engine (Dr. MAS, arXiv 2602.08847, search setting). The
+protocol, prompts and validity rules are those of the authors' code (`langfengQ/DrMAS`,
+`agent_system/agent/orchestra/search/search_orchestra.py`, cited below as `orchestra:<line>`); every
+difference is a named option whose default is the reference behaviour (see `docs/fidelity.md`).
 
-**Step limit.** At most `max_steps` (default 4) env steps; searching is not allowed at the last step. There,
-`<verify>no</verify>` (a well-formed verdict, not penalised) still routes to the Answer agent, which must answer
-with what was gathered (`infos["verifier"]["forced_answer"] = True`). So an episode always ends with one Answer
-call and has at most `2 * max_steps` calls. An invalid verdict (no/other tag) counts as `no` before the last
-step and as `yes` at it, and is penalised.
+**One env step** (at most `max_steps`, default 4; `step` counts from 1):
 
-**Observation.** Every agent sees its role's system prompt, the question, `Step i of max_steps` and the last
-`history_length` (default 4) memory records (`[Step i] Query: q` then the passages in an `<information>` block,
-Search-R1 style `Doc j(Title: t) text`). Retrieved text is untrusted data: protocol tags inside it are escaped
-and it is never parsed or executed.
+1. The **Verifier** (router) reads the question and the history. `<verify>yes</verify>` routes to the Answer
+   agent, `<verify>no</verify>` to the Search agent (`orchestra:146-148`). A reply with neither verdict routes
+   like `missing_verdict` (default `"yes"`: the Answer agent, `verifier_agent.py:78-79`).
+2. **"no" before the last step**: the **Search agent** writes `<search>query</search>`; the top-`topk` passages
+   are retrieved and the step is stored in the shared memory; the next step begins (`orchestra:151`).
+3. **"no" at the last step**: nobody else acts (`orchestra:151`, `step < max_steps`); the step limit ends the
+   episode without an answer: reward 0, *truncated* (the reference's `env.py:59-60`). Option
+   `last_step_no="answer"` instead routes to the Answer agent (drmas v0 behaviour, a "forced answer").
+4. **"yes"**: the **Answer agent** replies. With an `<answer>...</answer>` pair the episode terminates and is
+   scored (`env.py:61`). Without one (`answer_without_tag="continue"`, the reference) the step is stored with an
+   empty action and the next step begins (`env.py:97-112`), or at the last step the step limit ends the episode
+   (reward 0, truncated). `answer_without_tag="end"` ends the episode with the empty answer (drmas v0 behaviour).
 
-**Parsing** (:mod:`drmas_envs.search.parsing`, bounded cost on the first `max_action_chars` characters): tags are
-case-insensitive, contents stripped, the first complete `<search>`/`<answer>` pair is used. Invalid calls:
-Verifier without a yes/no verdict; Search without a non-empty query (nothing is retrieved, the memory records
-the failure); Answer without an `<answer>` pair (scored as the empty answer).
+So an episode has at most `2 * max_steps` calls.
+
+**Observation** (`agents/base.py:50-66`, `multi_turn_rollout/utils.py:107-123`): a system message
+(`"You are a helpful and harmless assistant."`) and one user message: the role template around the environment
+prompt (the question; from step 2 on also the number of steps taken and the last `history_length` steps, each
+`Step i:<search>q</search> <information>...</information>`, `memory/memory.py:167-182`). The **Search agent**
+also sees its teammates' outputs of the same step: the Verifier's reply (with its verdict stripped in place),
+as `The output of "Verifier Agent": ...` (`orchestra:142`, `search_agent.py:29-30`). The Verifier and the Answer
+agent see no teammate output (their templates have no such slot). Retrieval results are rendered as the
+reference's search tool does: `<information>{"result": "Doc 1: <contents>\\nDoc 2: ..."}</information>` (JSON,
+`tools/search.py:132-137,231-232`); `information_format="search_r1"` renders `Doc 1(Title: t) text` lines instead.
+Retrieved text is untrusted data: protocol tags inside it are escaped (a deliberate difference; identical for
+passages without such tags).
+
+**Validity** (`is_action_valid`, :mod:`drmas_envs.core.projection`, `agent/utils.py:155-211`): tags are matched
+exactly (lower-case, first opening and first closing tag). Verifier: a `<verify>`/`</verify>` pair (any content).
+Search / Answer: a `<search>` / `<answer>` pair **and** exactly one `<think>...</think>` block
+(`require_think=True`). Every agent: no CJK ideograph (`reject_cjk=True`). An invalid reply still acts: a Search
+reply without `<think>` is still run, an Answer reply without `<think>` is still scored; only the penalty differs.
 
 ## Rewards
 
 | Outcome                                   | every agent                         |
 |-------------------------------------------|-------------------------------------|
 | final answer EM with a gold answer        | `1.0 - format_penalty x own invalid calls` |
-| otherwise (incl. empty or `A or B or C`)  | `0.0 - format_penalty x own invalid calls` |
+| otherwise (wrong, empty, none in time)    | `0.0 - format_penalty x own invalid calls` |
 
-EM after SQuAD normalisation, max over gold answers (:mod:`drmas_envs.search.qa_metrics`); `em`, `f1`,
-`subem`, `prediction`, `golds`, `num_searches`, `steps` are added to every agent's final infos. The episode
-always *terminates* (never truncates). `format_penalty` defaults to 0.01.
+EM after SQuAD normalisation, max over gold answers (:mod:`drmas_envs.search.qa_metrics`, the reference's
+`em_check`); `em`, `f1`, `subem`, `prediction`, `golds`, `num_searches`, `steps`, `forced_answer`,
+`ended_by` (`"answer"`, `"step_limit"` or `"no_answer_tag"`) are added to every agent's final infos.
+`format_penalty` defaults to 0.01 (`examples/drmas_trainer/run_search.sh`, `invalid_action_penalty_coef`).
 
 ## Arguments
 
-`tasks` (None = synthetic, a QA file path, `"hf:<id>[:<config>][@<split>]"`, or a TaskSource), `corpus` (wiki-18 JSONL path or passages; HotpotQA
-files default to their contexts), `retriever` (`"bm25"`, `"dense"`, `"http"` or an object with `search`),
-`retriever_kwargs`, `synthetic` (EncyclopediaConfig fields), `topk=3`, `max_steps=4`, `history_length=4`,
-`format_penalty=0.01`, `max_action_chars=20000`, `prompts` (overrides of `ORCHESTRATOR_PROMPTS`), `render_mode`.
+`tasks` (None = synthetic, a QA file path, `"hf:<id>[:<config>][@<split>]"`, or a TaskSource), `corpus`
+(wiki-18 JSONL path or passages; HotpotQA files default to their contexts), `retriever` (`"bm25"`, `"dense"`,
+`"http"` or an object with `search`), `retriever_kwargs`, `synthetic` (EncyclopediaConfig fields), `topk=3`,
+`max_steps=4`, `history_length=4`, `format_penalty=0.01`, `max_action_chars=20000` (replies are cut to this
+before parsing), `prompts` (overrides of `ORCHESTRATOR_PROMPTS` keys), and the fidelity options
+`missing_verdict="yes"`, `last_step_no="end"`, `answer_without_tag="continue"`, `require_think=True`,
+`reject_cjk=True`, `information_format="reference"`; `render_mode`. The drmas v0 rules are
+`missing_verdict="no", last_step_no="answer", answer_without_tag="end", require_think=False`.
 A retriever failure (e.g. the HTTP server is down) raises `RetrieverUnavailableError`: it is infrastructure, not
 agent behaviour.
 
 ## Version History
 
-* v0: initial release.
+* v0: initial release; the defaults follow the Dr. MAS reference since drmas issue 16 (the earlier rules are
+  options).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import string
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import Outcome, TaskSource, TextAECEnv, Turn
 from drmas_envs.core.factories import make_factories
+from drmas_envs.core.projection import project_action
 from drmas_envs.search.base import SearchTextEnv, check_ints
 from drmas_envs.search.corpus import Passage
-from drmas_envs.search.parsing import extract_tag, neutralize_tags, parse_verdict
-from drmas_envs.search.prompts import ORCHESTRATOR_PROMPTS
+from drmas_envs.search.parsing import neutralize_tags, reference_verdict
+from drmas_envs.search.prompts import ORCHESTRATOR_PROMPT_FIELDS, ORCHESTRATOR_PROMPTS
 from drmas_envs.search.qa_metrics import qa_scores
 from drmas_envs.search.retrievers import format_passages
 
-__all__ = ["SearchOrchestratorEnv", "SearchRecord", "raw_env", "env", "parallel_env"]
+__all__ = ["SearchOrchestratorEnv", "SearchRecord", "format_information", "raw_env", "env", "parallel_env"]
 
 #: queries are cut to this many characters before retrieval
 MAX_QUERY_CHARS = 512
 
+#: Display role names (the reference's agent ids, ``search_orchestra.py:68-70``), by drmas agent id.
+ROLE_NAMES = {"verifier": "Verifier Agent", "search": "Search Agent", "answer": "Answer Agent"}
+
+#: Accepted values of the fidelity options (first = the reference's default).
+OPTION_CHOICES: dict[str, tuple[str, ...]] = {
+    "missing_verdict": ("yes", "no"),
+    "last_step_no": ("end", "answer"),
+    "answer_without_tag": ("continue", "end"),
+    "information_format": ("reference", "search_r1"),
+}
+
+
+def format_information(passages: Sequence[Passage], style: str = "reference") -> str:
+    """The retrieval result of one query as an agent sees it in the history.
+
+    ``"reference"``: the Dr. MAS search tool's text, ``<information>`` + ``json.dumps({"result": ...})`` +
+    ``</information>`` with ``Doc i: <contents>`` lines (``langfengQ/DrMAS
+    agent_system/environments/env_package/search/third_party/skyrl_gym/tools/search.py:132-137,231-239`` and
+    ``envs/search/env.py:74``), or ``{"result": "No search results found."}`` when nothing matched.
+    ``"search_r1"``: ``Doc i(Title: t) text`` lines (:func:`drmas_envs.search.retrievers.format_passages`).
+    Passage text is untrusted: protocol tags in it are escaped (:func:`drmas_envs.search.parsing.neutralize_tags`).
+
+    Raises:
+        ValueError: unknown ``style``.
+    """
+    if style == "search_r1":
+        return f"<information>\n{format_passages(passages)}\n</information>"
+    if style != "reference":
+        raise ValueError(f"information_format must be one of {OPTION_CHOICES['information_format']}, got {style!r}")
+    if passages:
+        result = "".join(f"Doc {i}: {neutralize_tags(p.contents.strip())}\n" for i, p in enumerate(passages, 1))
+    else:
+        result = "No search results found."
+    return "<information>" + json.dumps({"result": result}) + "</information>"
+
 
 @dataclasses.dataclass(frozen=True)
 class SearchRecord:
-    """One entry of the shared memory: the step, the query (None when the Search call was invalid), the passages."""
+    """One past env step in the shared memory.
+
+    Attributes:
+        step: the env step (1-based).
+        action: the step's projected action as the reference stores it (``<search>q</search>``, or ``""`` when the
+            step produced no search: an invalid Search reply or a tag-less Answer reply).
+        query: the query that was run, or ``None`` when nothing was retrieved.
+        passages: the retrieved passages.
+        information: the rendered retrieval result (:func:`format_information`), ``""`` when nothing was run.
+    """
 
     step: int
+    action: str
     query: str | None
     passages: tuple[Passage, ...]
+    information: str
 
-    def render(self) -> str:
-        """``[Step i] Query: q`` and the passages in an ``<information>`` block."""
-        if self.query is None:
-            return f"[Step {self.step}] (the Search agent gave no valid <search> query; nothing was retrieved)"
-        return (f"[Step {self.step}] Query: {neutralize_tags(self.query)}\n"
-                f"<information>\n{format_passages(self.passages)}\n</information>")
+    def render(self, template: str) -> str:
+        """This step as one history line, ``template`` filled with ``step``, ``action`` and ``information``."""
+        return template.format(step=self.step, action=self.action, information=self.information)
+
+
+def _check_prompts(prompts: Mapping[str, str]) -> None:
+    for key, template in prompts.items():
+        if not isinstance(template, str):
+            raise ValueError(f"prompt {key!r} must be a str template, got {type(template).__name__}")
+        allowed = ORCHESTRATOR_PROMPT_FIELDS[key]
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        bad = sorted(fields - allowed)
+        if bad:
+            raise ValueError(f"prompt {key!r} uses unknown field(s) {bad}; allowed: {sorted(allowed)}")
 
 
 class SearchOrchestratorEnv(SearchTextEnv):
-    """Verifier -> (Search | Answer) loop over a retriever; see the module docstring (the env card)."""
+    """Verifier -> (Search | Answer) loop over a retriever; see the module docstring (the env card).
+
+    Raises:
+        ValueError: a bad int argument, an unknown fidelity option value, an unknown prompt key or field, plus
+            the data and retriever errors of :class:`~drmas_envs.search.base.SearchTextEnv`.
+    """
 
     possible_agents = ["verifier", "search", "answer"]
     metadata = {**TextAECEnv.metadata, "name": "search_orchestrator_v0"}
 
     # ---- episode state, rebuilt by _start_episode ----
     step_index: int  # current env step, 1-based
-    memory: list[SearchRecord]  # every search of this episode, in order
-    prediction: str  # the Answer agent's extracted answer ("" when invalid)
-    forced_answer: bool  # the Verifier said no (or nothing) at the last step
+    memory: list[SearchRecord]  # every completed env step of this episode, in order
+    prediction: str  # the Answer agent's extracted answer ("" when none)
+    forced_answer: bool  # last_step_no="answer" sent a "no" at the last step to the Answer agent
+    ended_by: str  # "answer", "step_limit" or "no_answer_tag" once the episode is over
+    team_context: str  # teammates' outputs of the current env step (the reference's team_context)
 
     default_prompts = ORCHESTRATOR_PROMPTS
 
@@ -112,12 +201,32 @@ class SearchOrchestratorEnv(SearchTextEnv):
         max_steps: int = 4,
         history_length: int = 4,
         format_penalty: float = 0.01,
+        missing_verdict: str = "yes",
+        last_step_no: str = "end",
+        answer_without_tag: str = "continue",
+        require_think: bool = True,
+        reject_cjk: bool = True,
+        information_format: str = "reference",
         **shared: Any,
     ) -> None:
         """See the module docstring; ``shared``: the data arguments of :class:`~drmas_envs.search.base.SearchTextEnv`."""
         check_ints(max_steps=(max_steps, 1), history_length=(history_length, 0))
+        for name, value in (("missing_verdict", missing_verdict), ("last_step_no", last_step_no),
+                            ("answer_without_tag", answer_without_tag), ("information_format", information_format)):
+            if value not in OPTION_CHOICES[name]:
+                raise ValueError(f"{name} must be one of {OPTION_CHOICES[name]}, got {value!r}")
+        for name, value in (("require_think", require_think), ("reject_cjk", reject_cjk)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be a bool, got {value!r}")
         super().__init__(tasks, format_penalty=format_penalty, **shared)
+        _check_prompts(self.prompts)
         self.max_steps, self.history_length = max_steps, history_length
+        self.missing_verdict, self.last_step_no, self.answer_without_tag = missing_verdict, last_step_no, answer_without_tag
+        self.require_think, self.reject_cjk, self.information_format = require_think, reject_cjk, information_format
+
+    def role(self, agent: str) -> str:
+        """Display role name (``"Search Agent"``) of an agent id."""
+        return ROLE_NAMES.get(agent, agent)
 
     # ---- hooks ----
     def _start_episode(self) -> str:
@@ -125,46 +234,78 @@ class SearchOrchestratorEnv(SearchTextEnv):
         self.memory = []
         self.prediction = ""
         self.forced_answer = False
+        self.ended_by = ""
+        self.team_context = ""
         return "verifier"
 
-    def _memory_text(self) -> str:
-        records = self.memory[-self.history_length :] if self.history_length else []
-        if not records:
-            return self.prompts["empty_memory"]
-        return "Information gathered so far (most recent last):\n" + "\n\n".join(r.render() for r in records)
+    def env_prompt(self) -> str:
+        """The environment prompt of the current step (the reference's ``build_text_obs``, ``env_manager.py:66-105``):
+        the question, and from step 2 on the steps taken and the last ``history_length`` of them."""
+        if not self.memory or self.history_length == 0:
+            return self.prompts["task"].format(question=self.task.question)
+        records = self.memory[-self.history_length :]
+        memory = "\n".join(r.render(self.prompts["memory_step"]) for r in records)
+        return self.prompts["task_with_history"].format(
+            question=self.task.question, step_count=len(self.memory), memory=memory
+        )
 
     def _prompt(self, agent: str) -> tuple[str, str]:
-        last = self.step_index >= self.max_steps
-        user = self.prompts["user"].format(
-            question=self.task.question,
-            step=self.step_index,
-            max_steps=self.max_steps,
-            note=self.prompts["last_step_note"] if last and agent == "verifier" else "",
-            memory=self._memory_text(),
-        )
-        return self.prompts[agent], user
+        user = self.prompts[agent].format(env_prompt=self.env_prompt(), team_context=self.team_context,
+                                          step=self.step_index)
+        return self.prompts["system"], user
+
+    def _share(self, agent: str, text: str) -> None:
+        """Append ``agent``'s output to this step's team context (``search_orchestra.py:28-36``)."""
+        self.team_context += self.prompts["team_output"].format(role=self.role(agent), text=text)
+
+    def _next_step(self, record: SearchRecord) -> None:
+        self.memory.append(record)
+        self.step_index += 1
+        self.team_context = ""
 
     def _act(self, agent: str, text: str) -> Turn:
+        text = text[: self.max_action_chars]
+        last = self.step_index >= self.max_steps
         if agent == "verifier":
-            verdict = parse_verdict(text, max_chars=self.max_action_chars)
-            last = self.step_index >= self.max_steps
-            go_answer = verdict == "yes" or last
-            self.forced_answer = last and verdict != "yes"
-            return Turn(verdict is not None, "answer" if go_answer else "search",
-                        info={"verdict": verdict, "forced_answer": self.forced_answer, "step": self.step_index})
+            projection = project_action(text, "verify", keep_whole=True, reject_cjk=self.reject_cjk)
+            verdict = reference_verdict(projection.action)
+            decided = verdict or self.missing_verdict
+            self._share(agent, projection.action)
+            info = {"verdict": verdict, "routed": decided, "forced_answer": False, "step": self.step_index}
+            if decided == "yes":
+                return Turn(projection.valid, "answer", info=info)
+            if not last:
+                return Turn(projection.valid, "search", info=info)
+            if self.last_step_no == "answer":
+                self.forced_answer = True
+                return Turn(projection.valid, "answer", info={**info, "forced_answer": True})
+            self.ended_by = "step_limit"
+            return Turn(projection.valid, None, truncated=True, info=info)
         if agent == "search":
-            query = extract_tag(text, "search", max_chars=self.max_action_chars)
-            valid = bool(query)
-            record = SearchRecord(self.step_index, None, ())
-            if valid:
-                query = query[:MAX_QUERY_CHARS]
-                record = SearchRecord(self.step_index, query, tuple(self.retriever.search([query], self.topk)[0]))
-            self.memory.append(record)
-            self.step_index += 1
-            return Turn(valid, "verifier", info={"query": record.query, "retrieved_ids": [p.id for p in record.passages]})
-        answer = extract_tag(text, "answer", max_chars=self.max_action_chars)
-        self.prediction = answer or ""
-        return Turn(answer is not None, None, info={"prediction": self.prediction})
+            projection = project_action(text, "search", check_think=self.require_think, reject_cjk=self.reject_cjk)
+            query = None if projection.content is None else projection.content[:MAX_QUERY_CHARS]
+            passages: tuple[Passage, ...] = ()
+            information = ""
+            if query:  # an empty query retrieves nothing (a retriever's answer to "" is arbitrary)
+                passages = tuple(self.retriever.search([query], self.topk)[0])
+                information = format_information(passages, self.information_format)
+            self._next_step(SearchRecord(self.step_index, projection.action, query or None, passages, information))
+            return Turn(projection.valid, "verifier",
+                        info={"query": query, "retrieved_ids": [p.id for p in passages], "step": self.step_index - 1})
+        projection = project_action(text, "answer", check_think=self.require_think, reject_cjk=self.reject_cjk)
+        info = {"prediction": projection.content or "", "step": self.step_index}
+        if projection.content is not None:
+            self.prediction = projection.content
+            self.ended_by = "answer"
+            return Turn(projection.valid, None, info=info)
+        if self.answer_without_tag == "end":
+            self.ended_by = "no_answer_tag"
+            return Turn(False, None, info=info)
+        if last:
+            self.ended_by = "step_limit"
+            return Turn(False, None, truncated=True, info=info)
+        self._next_step(SearchRecord(self.step_index, "", None, (), ""))
+        return Turn(False, "verifier", info=info)
 
     def _episode_outcome(self) -> Outcome:
         scores = qa_scores(self.prediction, self.task.answers)
@@ -175,6 +316,7 @@ class SearchOrchestratorEnv(SearchTextEnv):
             "num_searches": sum(r.query is not None for r in self.memory),
             "steps": self.step_index,
             "forced_answer": self.forced_answer,
+            "ended_by": self.ended_by,
         })
 
 

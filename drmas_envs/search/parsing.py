@@ -1,8 +1,10 @@
 """Bounded-cost parsing of the search envs' XML-like tags in LLM output (untrusted text).
 
-The tag rules and :func:`extract_tag` / :func:`parse_verdict` (``yes``/``no``, first pair) are
-:mod:`drmas_envs.core.tags`, shared with the math envs; this module adds the search protocols' tag names,
-:func:`first_tag` (Search-R1's first-closing rule) and :func:`neutralize_tags` for retrieved text.
+``search-orchestrator-v0`` matches tags exactly, as the Dr. MAS reference does
+(:mod:`drmas_envs.core.projection`), and reads the Verifier's verdict with :func:`reference_verdict`.
+``search-r1-v0`` uses the lenient rules of :mod:`drmas_envs.core.tags` (shared with the math envs):
+:func:`extract_tag` / :func:`parse_verdict` (``yes``/``no``, first pair). This module adds the search protocols'
+tag names, :func:`first_tag` (Search-R1's first-closing rule) and :func:`neutralize_tags` for retrieved text.
 The *first complete* pair wins: the first closing tag, paired with the last opening tag before it
 (``"<search> <search>q</search>"`` gives ``"q"``).
 """
@@ -13,10 +15,33 @@ import re
 
 from drmas_envs.core.tags import MAX_ACTION_CHARS, extract_tag, parse_verdict, tag_patterns
 
-__all__ = ["MAX_ACTION_CHARS", "PROTOCOL_TAGS", "extract_tag", "first_tag", "parse_verdict", "neutralize_tags"]
+__all__ = [
+    "MAX_ACTION_CHARS", "PROTOCOL_TAGS", "extract_tag", "first_tag", "parse_verdict", "reference_verdict",
+    "neutralize_tags",
+]
 
 #: Tag names of the search protocols; retrieved text may not forge them (see :func:`neutralize_tags`).
 PROTOCOL_TAGS = ("search", "answer", "verify", "information", "think")
+
+
+def reference_verdict(projected: str) -> str | None:
+    """The search Verifier's routing verdict as the Dr. MAS reference reads it, else ``None``.
+
+    ``projected`` is the Verifier's reply after :func:`drmas_envs.core.projection.project_action` with
+    ``keep_whole=True`` (the first ``<verify>`` content stripped in place). ``"yes"`` if it contains
+    ``<verify>yes</verify>`` (any case), else ``"no"`` if it contains ``<verify>no</verify>``, else ``None``
+    (``langfengQ/DrMAS agent_system/agent/agents/search/verifier_agent.py:72-79``: yes is checked first; the
+    reference routes ``None`` to the Answer agent).
+
+    >>> reference_verdict("<verify>no</verify> ... <verify>YES</verify>"), reference_verdict("<verify>maybe</verify>")
+    ('yes', None)
+    """
+    lowered = projected.lower()
+    if "<verify>yes</verify>" in lowered:
+        return "yes"
+    if "<verify>no</verify>" in lowered:
+        return "no"
+    return None
 
 
 _FORGED = re.compile(r"<(?=[ \t]*/?[ \t]*(?:" + "|".join(PROTOCOL_TAGS) + r")\b)", re.I)

@@ -1,10 +1,19 @@
 """Retrieval server: any in-process retriever behind the Search-R1 / Dr. MAS HTTP protocol, so many env workers
 share one index.
 
-    POST /retrieve  {"queries": [str], "topk": int | null, "return_scores": bool}
+    POST /retrieve  {"queries": [str], "topk": int | null, "return_scores": bool}     (Search-R1: a batch)
+                 or {"query": str, "topk": int | null, "return_scores": bool}        (Dr. MAS: one query)
                  -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}
-                    (without scores each per-query list holds the documents)
+                    one ranked list per query (one list for a "query" body); without scores each list holds the
+                    documents
     GET  /health    {"status": "ok", "retriever": name, "num_passages": int | null}
+
+Both clients are served unchanged: Search-R1's ``_batch_search`` (``PeterGriffinJin/Search-R1
+search_r1/llm_agent/generation.py``) posts ``{"queries", "topk", "return_scores": true}``; the Dr. MAS search tool
+(``langfengQ/DrMAS agent_system/environments/env_package/search/third_party/skyrl_gym/tools/search.py:48``) posts
+``{"query", "topk", "return_scores": true}`` and reads ``result[i][j]["document"]["contents"]`` (``:222-227``, ``:135``),
+which is what the reference's own server answers (``examples/search/retriever/retrieval_server.py:304-345``).
+A body with both or neither of ``queries`` / ``query`` is rejected (HTTP 422).
 
 Binds 127.0.0.1 unless told otherwise. FastAPI and uvicorn (``pip install 'drmas[server]'``) are imported only
 when a server is built. Limits per request: at most ``max_queries`` queries and ``max_topk`` results per
@@ -38,14 +47,22 @@ def create_app(
     max_topk: int = 1000,
     max_query_chars: int = 4096,
 ) -> Any:
-    """A FastAPI app serving ``retriever`` with the Search-R1 ``/retrieve`` protocol (see the module doc)."""
+    """A FastAPI app serving ``retriever`` with the Search-R1 and Dr. MAS ``/retrieve`` bodies (see the module doc)."""
     fastapi, _ = _require_server_deps()
-    from pydantic import BaseModel, Field
+    from pydantic import BaseModel, Field, model_validator
 
     class QueryRequest(BaseModel):
-        queries: list[str] = Field(max_length=max_queries)
+        queries: list[str] | None = Field(default=None, max_length=max_queries)
+        query: str | None = None
         topk: int | None = Field(default=None, ge=1, le=max_topk)
         return_scores: bool = False
+
+        @model_validator(mode="after")
+        def _one_query_field(self) -> "QueryRequest":
+            if (self.queries is None) == (self.query is None):
+                raise ValueError("give exactly one of 'queries' (a list of str, Search-R1's body) or 'query' "
+                                 "(one str, the Dr. MAS search tool's body)")
+            return self
 
     app = fastapi.FastAPI(title="drmas retrieval server", version="1")
     # (no ``from __future__ import annotations`` in this module: FastAPI must see the local QueryRequest class)
@@ -53,7 +70,8 @@ def create_app(
     @app.post("/retrieve")
     def retrieve(request: QueryRequest) -> dict[str, Any]:
         topk = request.topk or default_topk
-        queries = [q[:max_query_chars] for q in request.queries]
+        asked = request.queries if request.queries is not None else [request.query]
+        queries = [q[:max_query_chars] for q in asked]
         results = retriever.search(queries, topk)
         if request.return_scores:
             return {"result": [[{"document": p.to_document(), "score": p.score} for p in hits] for hits in results]}

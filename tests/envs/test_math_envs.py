@@ -95,7 +95,9 @@ def test_solver_verifier_protocol(actions, kwargs, order, score, returns):
 
 
 def test_solver_verifier_infos():
-    finals, calls, _ = play(SV, [r"x \boxed{\frac{14}{2}}", "<VERIFY> Reject </verify>", r"\boxed{7}"])
+    # "<VERIFY> Reject </verify>" is a reject only under the lenient rule (the reference needs exact tags)
+    finals, calls, _ = play(SV, [r"x \boxed{\frac{14}{2}}", "<VERIFY> Reject </verify>", r"\boxed{7}"],
+                            verdict_rule="lenient")
     assert calls[0][1]["extracted"] == r"\frac{14}{2}" and calls[0][1]["loop"] == 1
     assert (calls[1][1]["verdict"], calls[1][1]["verdict_found"], calls[1][1]["role"]) == (
         "reject",
@@ -113,26 +115,30 @@ def test_solver_verifier_infos():
 
 
 def test_team_context_and_quote_limit():
+    # the team context is the reference's (full outputs, `The output of "<role>":` blocks; tests/fidelity), and
+    # max_quote_chars is an option that cuts each quoted output
     env = drmas_envs.make(SV, data=TASKS, max_quote_chars=40)
     env.reset(options={"task_index": 0})
-    first = env.observe("solver")["prompt"]
-    assert "What is 3 + 4?" in first and "(none yet: you are the first to act)" in first
+    first = env.observe("solver")["messages"][-1]["content"]
+    assert "What is 3 + 4?" in first and "# Your Teammates' Outputs\n\n\n# Your Role" in first  # empty context
     long_solution = "A" * 100 + r" \boxed{7}"
     env.step(long_solution)
     seen = env.observe("verifier")
-    assert seen["messages"] == ({"role": "user", "content": seen["prompt"]},)
+    assert seen["messages"] == ({"role": "system", "content": "You are a helpful and harmless assistant."},
+                                {"role": "user", "content": seen["messages"][1]["content"]})
     quoted = "A" * 10 + "\n[... 70 characters omitted ...]\n" + "A" * 20 + r" \boxed{7}"
-    assert "[Solver Agent, turn 1]\n" + quoted in seen["prompt"]
+    assert '\nThe output of "Solver Agent": ' + quoted + "\n" in seen["prompt"]
     env.step(REJECT)
     again = env.observe("solver")["prompt"]
-    assert "[Verifier Agent, turn 2]\n" + REJECT in again
+    assert '\nThe output of "Verifier Agent": ' + REJECT + "\n" in again
 
 
 def test_prompt_overrides():
-    env = drmas_envs.make(SV, data=TASKS, prompts={"solver": "Solve: {question}", "env": "Q={question}"})
+    env = drmas_envs.make(SV, data=TASKS, prompts={"solver": "Solve: {question}", "env": "Q={question}"},
+                          system_prompt=None)
     env.reset(options={"task_index": 1})
     assert env.observe("solver")["prompt"] == "Solve: What is 1/2?"
-    assert env.observe("verifier")["prompt"].startswith("# Task Introduction\nQ=What is 1/2?")
+    assert env.observe("verifier")["prompt"].startswith("\n# Task Introduction\nQ=What is 1/2?")
     with pytest.raises(
         ValueError,
         match=re.escape(
@@ -151,6 +157,8 @@ def test_bad_arguments():
         drmas_envs.make(SV, data=TASKS, missing_verdict="maybe")
     with pytest.raises(ValueError, match="max_quote_chars must be an int >= 1, got 0"):
         drmas_envs.make(SV, data=TASKS, max_quote_chars=0)
+    with pytest.raises(ValueError, match=re.escape("verdict_rule must be one of ('reference', 'lenient'), got 'x'")):
+        drmas_envs.make(SV, data=TASKS, verdict_rule="x")
 
 
 GVR = "math-generator-verifier-refiner-v0"
@@ -209,7 +217,8 @@ def test_refiner_sees_the_review():
     env.step(REJECT)
     prompt = env.observe("refiner")["prompt"]
     assert (
-        "[Generator Agent, turn 1]\n\\boxed{3}" in prompt and "[Verifier Agent, turn 2]\n" + REJECT in prompt
+        '\nThe output of "Generator Agent": \\boxed{3}\n' in prompt
+        and '\nThe output of "Verifier Agent": ' + REJECT + "\n" in prompt
     )
 
 
@@ -269,8 +278,8 @@ def test_verified_team_signature_lists_its_own_then_the_team_arguments():
     from drmas_envs.registration import UnknownKwargError
 
     params = list(inspect.signature(drmas_envs.spec("math-solver-verifier-v0").load()).parameters)
-    assert params == ["data", "max_loops", "missing_verdict", "size", "data_seed", "format_penalty",
-                      "max_quote_chars", "prompts", "grade_timeout_s", "render_mode"]  # fmt: skip
+    assert params == ["data", "max_loops", "missing_verdict", "verdict_rule", "size", "data_seed", "format_penalty",
+                      "max_quote_chars", "prompts", "system_prompt", "grade_timeout_s", "render_mode"]  # fmt: skip
     with pytest.raises(UnknownKwargError, match="unknown keyword argument 'max_loop'. Did you mean 'max_loops'"):
         drmas_envs.make("math-generator-verifier-refiner-v0", max_loop=3)
     env = drmas_envs.make("math-solver-verifier-v0", size=4, max_loops=3, format_penalty=0.2)

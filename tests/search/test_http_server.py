@@ -169,3 +169,111 @@ def test_cli_serves_a_corpus_file(tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert f"bm25 over 450 passages at http://127.0.0.1:{port}/retrieve" in out
+
+
+# ---- compatibility with the Search-R1 and Dr. MAS clients and servers (issue 16, item 6) ----
+
+
+def _reference_passages2string(retrieval_result):
+    """The Dr. MAS search tool's rendering of one reply list (langfengQ/DrMAS .../skyrl_gym/tools/search.py:132-137)."""
+    return "".join(f"Doc {i + 1}: {doc['document']['contents'].strip()}\n" for i, doc in enumerate(retrieval_result))
+
+
+def test_server_answers_the_search_r1_client_body_unchanged(server, local):
+    """PeterGriffinJin/Search-R1 search_r1/llm_agent/generation.py ``_batch_search``: a batch, scores on."""
+    body = {"queries": ["Dormonlo Systems", "zzzz unknown"], "topk": 3, "return_scores": True}
+    reply = httpx.post(server.url, json=body).json()
+    assert [[hit["document"]["id"] for hit in hits] for hits in reply["result"]] == [
+        [p.id for p in hits] for hits in local.search(body["queries"], 3)
+    ]
+    # Search-R1's _passages2string reads document["contents"] and splits the title off its first line
+    assert reply["result"][0][0]["document"]["contents"].split("\n")[0] == '"Dormonlo Systems"'
+
+
+def test_server_answers_the_drmas_reference_client_body_unchanged(server, local):
+    """langfengQ/DrMAS .../skyrl_gym/tools/search.py:48: ``{"query": str, "topk", "return_scores": True}``; the tool
+    reads ``result`` as one list per query of ``{"document": {"contents"}, "score"}`` (:222-227)."""
+    reply = httpx.post(server.url, json={"query": "Dormonlo Systems", "topk": 2, "return_scores": True}).json()
+    (hits,) = reply["result"]
+    expected = local.search(["Dormonlo Systems"], 2)[0]
+    assert [h["document"]["id"] for h in hits] == [p.id for p in expected]
+    assert [h["score"] for h in hits] == pytest.approx([p.score for p in expected])
+    assert _reference_passages2string(hits) == "".join(f"Doc {i}: {p.contents}\n" for i, p in enumerate(expected, 1))
+    plain = httpx.post(server.url, json={"query": "Dormonlo Systems"}).json()  # the reference server's defaults
+    assert len(plain["result"]) == 1 and len(plain["result"][0]) == 3 and set(plain["result"][0][0]) == {"id", "contents"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"topk": 3}, {"query": "a", "queries": ["a"]}, {"query": ["a"]}],
+    ids=["neither", "both", "query-not-a-str"],
+)
+def test_server_rejects_ambiguous_bodies(server, body):
+    resp = httpx.post(server.url, json=body)
+    assert resp.status_code == 422
+    if "topk" in body or "queries" in body:
+        assert "give exactly one of 'queries'" in resp.text
+
+
+@pytest.fixture(scope="module")
+def reference_server(local):
+    """A stand-in for the Dr. MAS reference server: its request model and reply, field for field
+    (langfengQ/DrMAS examples/search/retriever/retrieval_server.py:304-345), over our BM25 index."""
+    import fastapi
+    import uvicorn
+    from pydantic import BaseModel
+
+    from drmas_envs.search.server import bind_socket
+
+    class QueryRequest(BaseModel):
+        query: str
+        topk: int | None = None
+        return_scores: bool = False
+
+    app = fastapi.FastAPI()
+    bodies = []
+
+    @app.post("/retrieve")
+    def retrieve(request: QueryRequest):
+        bodies.append(request.model_dump())
+        hits = local.search([request.query], request.topk or 3)[0]
+        docs = [{"id": p.id, "contents": p.contents} for p in hits]
+        if request.return_scores:
+            return {"result": [[{"document": d, "score": p.score} for d, p in zip(docs, hits, strict=True)]]}
+        return {"result": [docs]}
+
+    sock = bind_socket()
+    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not uv.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/retrieve", bodies
+    uv.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+def test_http_retriever_uses_the_drmas_reference_server(reference_server, local):
+    url, bodies = reference_server
+    queries = ["Dormonlo Systems", "zzzz unknown", "capital"]
+    with pytest.raises(RetrieverError, match="answered HTTP 422"):  # it does not take a batch
+        HTTPRetriever(url).search(queries, 3)
+    client = HTTPRetriever(url, protocol="drmas")
+    assert client.search(queries, 3) == local.search(queries, 3)
+    assert bodies[-3:] == [{"query": q, "topk": 3, "return_scores": True} for q in queries]
+    assert "protocol='drmas'" in repr(client)
+    with pytest.raises(ValueError, match=r"protocol must be one of \('search_r1', 'drmas'\), got 'grpc'"):
+        HTTPRetriever(url, protocol="grpc")
+
+
+def test_env_over_the_drmas_reference_server(reference_server):
+    import drmas_envs
+
+    url, _ = reference_server
+    env = drmas_envs.make("search-orchestrator-v0", retriever="http", retriever_kwargs={"url": url, "protocol": "drmas"})
+    env.reset(seed=5)
+    env.step("<verify>no</verify>")
+    env.step(f"<think>t</think><search>{env.unwrapped.task.question}</search>")
+    assert env.infos["search"]["retrieved_ids"] and "<information>{\"result\": \"Doc 1: " in env.observe("verifier")["prompt"]

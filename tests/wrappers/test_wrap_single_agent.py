@@ -148,7 +148,9 @@ REAL_ENVS = {
     "math-solver-v0": {"size": 8},
     "math-solver-verifier-v0": {"size": 8, "agent_id": "verifier"},
     "math-generator-verifier-refiner-v0": {"size": 8},
-    "search-orchestrator-v0": {"agent_id": "search"},
+    # the other agents' filler text has no verdict; the reference routes that to the Answer agent, so the Search
+    # agent would never act: route it to the Search agent instead
+    "search-orchestrator-v0": {"agent_id": "search", "missing_verdict": "no"},
     "search-r1-v0": {},
 }
 

@@ -3,7 +3,10 @@
 Protocol (one endpoint)::
 
     POST <url>            (conventionally http://127.0.0.1:8000/retrieve)
-    request  {"queries": [str, ...], "topk": int, "return_scores": bool}
+    request  {"queries": [str, ...], "topk": int, "return_scores": bool}     protocol="search_r1" (one batch)
+             {"query": str, "topk": int, "return_scores": bool}            protocol="drmas" (one request per query:
+             the Dr. MAS reference server, langfengQ/DrMAS examples/search/retriever/retrieval_server.py:304-307,
+             takes a single query)
     response {"result": [per query: [{"document": {"id": str, "contents": '"Title"\\ntext'}, "score": float}, ...]]}
              (with "return_scores": false each per-query list holds the documents themselves)
 
@@ -24,7 +27,10 @@ import tenacity
 from drmas_envs.search.corpus import Passage, passage_from_document
 from drmas_envs.search.retrievers.base import RetrieverError, RetrieverUnavailableError, check_search_args
 
-__all__ = ["HTTPRetriever", "DEFAULT_URL"]
+__all__ = ["HTTPRetriever", "DEFAULT_URL", "PROTOCOLS"]
+
+#: Request bodies this client can send (see the module doc).
+PROTOCOLS = ("search_r1", "drmas")
 
 #: Where Search-R1's ``retrieval_launch.sh`` and ``drmas retrieval-server`` listen by default.
 DEFAULT_URL = "http://127.0.0.1:8000/retrieve"
@@ -42,20 +48,26 @@ class HTTPRetriever:
         timeout: wall-clock budget in seconds for one ``search`` call, retries and backoff included (> 0).
         max_retries: extra attempts after the first on connection errors, timeouts and 5xx replies (>= 0).
         backoff: first backoff in seconds; doubles per retry (tenacity ``wait_exponential``), capped at 2 s.
+        protocol: the request body the server takes: ``"search_r1"`` (a ``queries`` batch; Search-R1's server and
+            ``drmas retrieval-server``) or ``"drmas"`` (one ``query`` per request; the Dr. MAS reference server).
 
     Raises:
-        ValueError: bad ``url``/``timeout``/``max_retries``.
+        ValueError: bad ``url``/``timeout``/``max_retries``/``protocol``.
     """
 
     name = "http"
 
-    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = 10.0, max_retries: int = 3, backoff: float = 0.1) -> None:
+    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = 10.0, max_retries: int = 3, backoff: float = 0.1,
+                 protocol: str = "search_r1") -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be an http(s) URL such as {DEFAULT_URL!r}, got {url!r}")
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be an int >= 0, got {max_retries!r}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        self.protocol = protocol
         self.url = url
         self.timeout = float(timeout)
         self.max_retries = max_retries
@@ -89,9 +101,14 @@ class HTTPRetriever:
         queries = check_search_args(queries, topk)
         if not queries:
             return []
-        payload = {"queries": queries, "topk": topk, "return_scores": True}
         start = time.monotonic()
         deadline = start + self.timeout
+        if self.protocol == "drmas":  # one request per query, all within the same deadline
+            return [hits for q in queries
+                    for hits in self._request({"query": q, "topk": topk, "return_scores": True}, 1, start, deadline)]
+        return self._request({"queries": queries, "topk": topk, "return_scores": True}, len(queries), start, deadline)
+
+    def _request(self, payload: dict[str, Any], n: int, start: float, deadline: float) -> list[list[Passage]]:
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(_Retryable),
             stop=tenacity.stop_after_attempt(self.max_retries + 1) | tenacity.stop_before_delay(self.timeout),
@@ -108,7 +125,7 @@ class HTTPRetriever:
                 f"({attempts} attempt(s) in {time.monotonic() - start:.2f} s, timeout {self.timeout:g} s). "
                 "Start one with: drmas retrieval-server --corpus <corpus.jsonl> --retriever bm25 --port <port>"
             ) from cause
-        return self._parse(reply, len(queries))
+        return self._parse(reply, n)
 
     def _parse(self, reply: Any, n: int) -> list[list[Passage]]:
         if not isinstance(reply, dict) or not isinstance(reply.get("result"), list) or len(reply["result"]) != n:
@@ -133,4 +150,5 @@ class HTTPRetriever:
         self._client.close()
 
     def __repr__(self) -> str:
-        return f"HTTPRetriever({self.url!r}, timeout={self.timeout:g}, max_retries={self.max_retries})"
+        return (f"HTTPRetriever({self.url!r}, timeout={self.timeout:g}, max_retries={self.max_retries}, "
+                f"protocol={self.protocol!r})")
