@@ -151,6 +151,11 @@ class AlgorithmConfig:
     """``k1`` | ``k3``."""
     entropy_coef: float = 0.0
     """entropy bonus weight."""
+    recompute_old_logprobs: bool = True
+    """True (the reference): before the update, recompute π_old's log-probs with the training model
+    (:mod:`drmas_train.old_logprobs`; langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1265) and log the mismatch with
+    the rollout engine's (``loss/<model>/old_logprob_abs_diff_max`` / ``_mean``); False: use the engine's log-probs
+    as π_old (saves one forward pass; the first PPO ratio then also carries the engine/trainer drift)."""
 
 
 @dataclass

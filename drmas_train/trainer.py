@@ -164,8 +164,18 @@ def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int
     for model_id, opt in run.optimizers.items():
         idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
         loaded = run.pool.models[model_id]
+        model_samples = [samples[i] for i in idx]
+        if a.recompute_old_logprobs:  # π_old from the training model, as the reference (see old_logprobs.py)
+            from drmas_train.old_logprobs import recompute_old_logprobs
+
+            used = (adv[idx] != 0) | bool(a.kl_coef) | bool(a.entropy_coef)  # the samples the loss reads
+            model_samples, drift = recompute_old_logprobs(
+                loaded.model, model_samples, pad_token_id=loaded.tokenizer.pad_token_id,
+                temperature=run.cfg.rollout.temperature, micro_batch_tokens=run.cfg.optim.micro_batch_tokens, select=used,
+            )  # fmt: skip
+            metrics.update({f"loss/{model_id}/{k}": v for k, v in drift.items()})
         out = ppo_update(
-            loaded.model, opt, [samples[i] for i in idx], adv[idx], loss_cfg=loss_cfg,
+            loaded.model, opt, model_samples, adv[idx], loss_cfg=loss_cfg,
             pad_token_id=loaded.tokenizer.pad_token_id, temperature=run.cfg.rollout.temperature,
             ppo_epochs=a.ppo_epochs, mini_batches=a.mini_batches, micro_batch_tokens=run.cfg.optim.micro_batch_tokens,
             ref_model=run.ref_models.get(model_id), seed=seed,
