@@ -66,13 +66,14 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     tests and embedding code supply their own models.
 
     Raises:
-        ConfigError: the env's agents do not match ``cfg.agents`` (raised before any model loads), or
-            ``resume`` without a checkpoint in ``run.dir``.
+        ConfigError: a task file named by the config is missing, the env's agents do not match ``cfg.agents``
+            (both raised before any model loads), or ``resume`` without a checkpoint in ``run.dir``.
     """
     import drmas_envs
     from drmas_envs.data.load import load_tasks
     from drmas_train.assignment import build_models, make_backend
     from drmas_train.checkpoint import latest_checkpoint, load_checkpoint
+    from drmas_train.data_recipes import require_task_files
     from drmas_train.metrics_log import MetricsLogger
     from drmas_train.optim import build_optimizer
     from drmas_train.task_sampler import TaskSampler
@@ -83,6 +84,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run.dir)
+    require_task_files(cfg)  # a missing prepared file names the `drmas data prepare` command that writes it
     tasks = load_tasks(cfg.env.data, seed=cfg.seed) if cfg.env.data else None
     env_kwargs = dict(cfg.env.kwargs) | ({"data": tasks} if tasks is not None else {})
 
@@ -192,7 +194,7 @@ def _validate(run: RunState, iteration: int) -> dict[str, float]:
     from drmas_train.rollout import rollout
 
     e, r = run.cfg.eval, run.cfg.rollout
-    sampling = SamplingParams(temperature=e.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+    sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, top_k=e.top_k, max_new_tokens=r.max_new_tokens)
     result = rollout(run.env_fn, run.val_tasks, e.k, run.pool, sampling, seed=10_000_019 + iteration,
                      max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=run.cfg.run.progress)  # fmt: skip
     by_uid: dict[str, list[bool]] = {}
