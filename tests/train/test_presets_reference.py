@@ -103,3 +103,18 @@ def test_missing_prepared_data_names_the_prepare_command(tmp_path, monkeypatch, 
         "drmas train: env.kwargs.tasks: task file 'data/drmas_search/train.jsonl' not found; it is written by: "
         "drmas data prepare drmas_search --out data/drmas_search (see: drmas data list)\n"
     )
+
+
+def test_search_stand_in_runs_without_downloads(tmp_path):
+    """quickstart_search needs no prepared files or server: one iteration with a tiny model in place of SmolLM2."""
+    from drmas_train.metrics_log import read_metrics
+    from drmas_train.trainer import train
+
+    cfg = load_config("quickstart_search", [f"run.dir={tmp_path / 'r'}", "run.iterations=1", "run.progress=false",
+                                            "run.tensorboard=false", "run.plot=false", "rollout.batch_size=2",
+                                            "rollout.group_size=2", "rollout.max_new_tokens=8",
+                                            "models.shared.name_or_path=tiny-qwen3"])  # fmt: skip
+    assert cfg.env.kwargs.get("tasks") is None and cfg.agents == {"verifier": "shared", "search": "shared", "answer": "shared"}
+    train(cfg)
+    row = read_metrics(tmp_path / "r" / "metrics.jsonl")[-1]
+    assert row["iteration"] == 1 and "reward/verifier/mean" in row
