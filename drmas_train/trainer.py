@@ -73,7 +73,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     from drmas_envs.data.load import load_tasks
     from drmas_train.assignment import build_models, make_backend
     from drmas_train.checkpoint import latest_checkpoint, load_checkpoint
-    from drmas_train.data_recipes import require_task_files
+    from drmas_train.data_prep import require_task_files
     from drmas_train.metrics_log import MetricsLogger
     from drmas_train.optim import build_optimizer
     from drmas_train.task_sampler import TaskSampler

@@ -4,8 +4,9 @@
     drmas data prepare drmas_math --raw data/raw --out data/drmas_math
     drmas data verify data/drmas_math                     # re-hash against MANIFEST.json
 
-All logic lives in :mod:`drmas_train.data_recipes`; this module parses arguments and maps errors to exit codes:
-0 success, 1 ``verify`` found changed files, 2 a user mistake (unknown recipe, missing file, existing outputs).
+All logic lives in :mod:`drmas_train.data_prep` (machinery) and :mod:`drmas_train.data_recipes` (the recipes);
+this module parses arguments and maps errors to exit codes: 0 success, 1 ``verify`` found changed files, 2 a user
+mistake (unknown recipe, missing file, existing outputs).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from drmas_train.data_recipes import RECIPES, DataPrepError, find_input, get_recipe, prepare, verify
+from drmas_train.data_prep import DataPrepError, find_input, get_recipe, prepare, verify
+from drmas_train.data_recipes import RECIPES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,7 +58,7 @@ def main(argv: list[str]) -> int:
         if args.action == "prepare":
             recipe = get_recipe(args.recipe)
             out = args.out or f"data/{recipe.name}"
-            manifest = prepare(recipe, args.raw, out, force=args.force)
+            manifest = prepare(recipe, args.raw, out, force=args.force, progress=True)
             for name, rec in manifest["outputs"].items():
                 sources = rec.get("data_sources")
                 detail = f"{rec['rows']} rows" + (f" {sources}" if sources else "") if rec["rows"] else f"{rec['bytes']} bytes"
