@@ -45,8 +45,8 @@ def logprob_mismatch(
 
     Returns:
         ``old_logprob_abs_diff_max`` / ``old_logprob_abs_diff_mean``: max and mean of ``|Δ log p|`` (nats);
-        ``old_prob_abs_diff_max`` / ``old_prob_abs_diff_mean``: the same for ``|Δ p|``, the reference's
-        ``rollout_probs_diff_{max,mean}`` (langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1290-1296);
+        ``old_prob_abs_diff_max`` / ``_mean`` / ``_std`` (n - 1): the same for ``|Δ p|``, the reference's
+        ``rollout_probs_diff_{max,mean,std}`` (langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1290-1298);
         ``old_logprob_tokens``: how many tokens were compared. Empty dict when no token has mask 1.
 
     Raises:
@@ -71,6 +71,7 @@ def logprob_mismatch(
         "old_logprob_abs_diff_mean": float(lp.mean()),
         "old_prob_abs_diff_max": float(p.max()),
         "old_prob_abs_diff_mean": float(p.mean()),
+        "old_prob_abs_diff_std": float(p.std(ddof=1)) if p.size > 1 else 0.0,  # torch.std: n - 1, as the reference
         "old_logprob_tokens": float(lp.size),
     }
 

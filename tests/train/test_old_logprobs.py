@@ -27,6 +27,7 @@ def test_mismatch_golden_numbers_over_masked_tokens():
     p = [abs(math.exp(-1.0) - math.exp(-1.5)), 0.0, abs(math.exp(-0.5) - math.exp(-0.25))]
     assert m["old_prob_abs_diff_max"] == pytest.approx(max(p))
     assert m["old_prob_abs_diff_mean"] == pytest.approx(sum(p) / 3)
+    assert m["old_prob_abs_diff_std"] == pytest.approx(float(np.std(p, ddof=1)))
     assert m["old_logprob_tokens"] == 3.0
     assert logprob_mismatch([[-1.0]], [[-2.0]], [[0]]) == {}
     with pytest.raises(ValueError, match="row 0: 2 engine log-probs, 1 recomputed, 2 mask entries"):
