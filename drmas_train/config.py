@@ -193,6 +193,9 @@ class EvalConfig:
     run_math.sh:76)."""
     top_k: int = -1
     """-1 = off."""
+    before_train: bool = False
+    """also evaluate the initial weights, logged as iteration 0 (when ``every`` > 0 and not resuming); the
+    reference's ``trainer.val_before_train=True`` (run_math.sh:100)."""
 
 
 @dataclass

@@ -231,6 +231,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
     r, ckpt, metrics = cfg.rollout, None, {}
     bar = tqdm(range(run.start_iteration, cfg.run.iterations), desc="train", unit="iter", disable=not cfg.run.progress,
                initial=run.start_iteration, total=cfg.run.iterations)  # fmt: skip
+    if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
+        run.logger.log(0, _validate(run, 0))  # the initial weights, as the reference's val_before_train
     for it in bar:
         seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
         t0 = time.perf_counter()

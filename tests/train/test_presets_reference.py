@@ -118,3 +118,17 @@ def test_search_stand_in_runs_without_downloads(tmp_path):
     train(cfg)
     row = read_metrics(tmp_path / "r" / "metrics.jsonl")[-1]
     assert row["iteration"] == 1 and "reward/verifier/mean" in row
+
+
+def test_eval_before_train_logs_iteration_zero(tmp_path):
+    from tiny_rl import tiny_config, tiny_loader
+
+    from drmas_train.metrics_log import read_metrics
+    from drmas_train.trainer import train
+
+    cfg = tiny_config(tmp_path / "r", "run.iterations=1", "eval.every=1", "eval.k=2", "eval.size=2", "eval.before_train=true")
+    train(cfg, loader=tiny_loader)
+    rows = read_metrics(tmp_path / "r" / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [0, 1]
+    assert set(rows[0]) == {"iteration", "val/avg@2", "val/pass@2"} and "val/avg@2" in rows[1]
+    assert load_config("drmas_math_qwen3_4b").eval.before_train and load_config("grpo_search_qwen25_7b").eval.before_train
