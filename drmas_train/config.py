@@ -155,6 +155,11 @@ class AlgorithmConfig:
     """``k1`` | ``k3``."""
     entropy_coef: float = 0.0
     """entropy bonus weight."""
+    recompute_old_logprobs: bool = True
+    """True (the reference): before the update, recompute π_old's log-probs with the training model
+    (:mod:`drmas_train.old_logprobs`; langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1265) and log the mismatch with
+    the rollout engine's (``loss/<model>/old_logprob_abs_diff_max`` / ``_mean``); False: use the engine's log-probs
+    as π_old (saves one forward pass; the first PPO ratio then also carries the engine/trainer drift)."""
 
 
 @dataclass
@@ -186,8 +191,18 @@ class ValidationConfig:
     size: int = 16
     """number of validation tasks (the first ``size`` of the source)."""
     k: int = 4
-    """samples per task."""
+    """samples per task (avg@k / pass@k); the reference evaluates with 16
+    (langfengQ/DrMAS examples/drmas_trainer/run_math.sh:11, run_search.sh:11)."""
     temperature: float = 1.0
+    """sampling temperature of validation (the reference presets: 0.6, run_math.sh:77)."""
+    top_p: float = 1.0
+    """nucleus mass in (0, 1] of validation, independent of ``rollout.top_p`` (the reference presets: 0.95,
+    run_math.sh:76)."""
+    top_k: int = -1
+    """-1 = off."""
+    before_train: bool = False
+    """also evaluate the initial weights, logged as iteration 0 (when ``every`` > 0 and not resuming); the
+    reference's ``trainer.val_before_train=True`` (run_math.sh:100)."""
 
 
 @dataclass
@@ -346,6 +361,9 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     _check(o.micro_batch_tokens >= 1, f"optim.micro_batch_tokens must be >= 1, got {o.micro_batch_tokens}")
     _check(cfg.run.iterations >= 1, f"run.iterations must be >= 1, got {cfg.run.iterations}")
     _check(cfg.eval.k >= 1 and cfg.eval.size >= 1, "eval.k and eval.size must be >= 1")
+    _check(cfg.eval.temperature >= 0, f"eval.temperature must be >= 0 (0 = greedy), got {cfg.eval.temperature}")
+    _check(0 < cfg.eval.top_p <= 1, f"eval.top_p must be in (0, 1], got {cfg.eval.top_p}")
+    _check(0 < r.top_p <= 1, f"rollout.top_p must be in (0, 1], got {r.top_p}")
     _check(bool(cfg.models), "no models: define at least one under 'models:' (e.g. models.shared.name_or_path=...)")
     _check(bool(cfg.agents), "no agents: map each env agent to a model key under 'agents:' (e.g. agents.solver=shared)")
     for agent, key in cfg.agents.items():

@@ -66,13 +66,14 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     tests and embedding code supply their own models.
 
     Raises:
-        ConfigError: the env's agents do not match ``cfg.agents`` (raised before any model loads), or
-            ``resume`` without a checkpoint in ``run.dir``.
+        ConfigError: a task file named by the config is missing, the env's agents do not match ``cfg.agents``
+            (both raised before any model loads), or ``resume`` without a checkpoint in ``run.dir``.
     """
     import drmas_envs
     from drmas_envs.data.load import load_tasks
     from drmas_train.assignment import build_models, make_backend
     from drmas_train.checkpoint import latest_checkpoint, load_checkpoint
+    from drmas_train.data_prep import require_task_files
     from drmas_train.metrics_log import MetricsLogger
     from drmas_train.optim import build_optimizer
     from drmas_train.task_sampler import TaskSampler
@@ -83,6 +84,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run.dir)
+    require_task_files(cfg)  # a missing prepared file names the `drmas data prepare` command that writes it
     tasks = load_tasks(cfg.env.data, seed=cfg.seed) if cfg.env.data else None
     env_kwargs = dict(cfg.env.kwargs) | ({"data": tasks} if tasks is not None else {})
 
@@ -164,8 +166,18 @@ def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int
     for model_id, opt in run.optimizers.items():
         idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
         loaded = run.pool.models[model_id]
+        model_samples = [samples[i] for i in idx]
+        if a.recompute_old_logprobs:  # π_old from the training model, as the reference (see old_logprobs.py)
+            from drmas_train.old_logprobs import recompute_old_logprobs
+
+            used = (adv[idx] != 0) | bool(a.kl_coef) | bool(a.entropy_coef)  # the samples the loss reads
+            model_samples, drift = recompute_old_logprobs(
+                loaded.model, model_samples, pad_token_id=loaded.tokenizer.pad_token_id,
+                temperature=run.cfg.rollout.temperature, micro_batch_tokens=run.cfg.optim.micro_batch_tokens, select=used,
+            )  # fmt: skip
+            metrics.update({f"loss/{model_id}/{k}": v for k, v in drift.items()})
         out = ppo_update(
-            loaded.model, opt, [samples[i] for i in idx], adv[idx], loss_cfg=loss_cfg,
+            loaded.model, opt, model_samples, adv[idx], loss_cfg=loss_cfg,
             pad_token_id=loaded.tokenizer.pad_token_id, temperature=run.cfg.rollout.temperature,
             ppo_epochs=a.ppo_epochs, mini_batches=a.mini_batches, micro_batch_tokens=run.cfg.optim.micro_batch_tokens,
             ref_model=run.ref_models.get(model_id), seed=seed,
@@ -182,7 +194,7 @@ def _validate(run: RunState, iteration: int) -> dict[str, float]:
     from drmas_train.rollout import rollout
 
     e, r = run.cfg.eval, run.cfg.rollout
-    sampling = SamplingParams(temperature=e.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+    sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, top_k=e.top_k, max_new_tokens=r.max_new_tokens)
     result = rollout(run.env_fn, run.val_tasks, e.k, run.pool, sampling, seed=10_000_019 + iteration,
                      max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=run.cfg.run.progress)  # fmt: skip
     by_uid: dict[str, list[bool]] = {}
@@ -219,6 +231,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
     r, ckpt, metrics = cfg.rollout, None, {}
     bar = tqdm(range(run.start_iteration, cfg.run.iterations), desc="train", unit="iter", disable=not cfg.run.progress,
                initial=run.start_iteration, total=cfg.run.iterations)  # fmt: skip
+    if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
+        run.logger.log(0, _validate(run, 0))  # the initial weights, as the reference's val_before_train
     for it in bar:
         seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
         t0 = time.perf_counter()

@@ -1,0 +1,137 @@
+"""π_old for the PPO ratio: recompute the old log-probabilities with the training model, and measure the drift.
+
+Shape legend: **B** samples (agent calls) of one model, **T** response tokens.
+
+The rollout engine (vLLM, the HF KV-cache decoder, a served model) returns a log-probability for every token it
+sampled. The training forward pass computes the same quantity with other kernels, another batch layout and, for
+vLLM, often another precision, so the two differ by a small "engine/trainer mismatch". If the PPO ratio
+``exp(log π_θ - log π_old)`` uses the engine's numbers, the first mini-batch's ratio is not 1 and the clip and
+grad norm also measure that numerical drift, not only the policy change. The Dr. MAS reference (like verl) therefore
+recomputes ``old_log_probs`` with the actor before the update and only logs the difference to the engine's
+(``langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1265-1298``: ``compute_log_prob`` per worker group, then
+``training/<wg>/rollout_probs_diff_{max,mean,std}`` = |p_rollout - p_actor| over response tokens).
+
+:func:`recompute_old_logprobs` does the same for one model: a no-grad forward (:func:`drmas_train.logprobs.forward_logprobs`)
+over the samples, laid out in the micro-batches the update will use (:func:`drmas_train.optim.micro_batches` with
+the same token budget), so with one mini-batch the first step's ratio is exactly 1 for every token. It returns new
+:class:`~drmas_train.samples.Sample` objects (the inputs are not changed) and the mismatch metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from drmas_train.logprobs import forward_logprobs
+from drmas_train.optim import micro_batches
+from drmas_train.samples import Sample
+
+__all__ = ["recompute_old_logprobs", "logprob_mismatch"]
+
+
+def logprob_mismatch(
+    engine: Sequence[Sequence[float]], recomputed: Sequence[Sequence[float]], masks: Sequence[Sequence[int]]
+) -> dict[str, float]:
+    """Drift between the engine's and the trainer's log-probs of the same tokens, over tokens with mask 1.
+
+    Args:
+        engine: B rows of the rollout engine's per-token log-probs (nats; row b has T_b entries).
+        recomputed: B rows of the training model's log-probs of the same tokens (same lengths).
+        masks: B rows of response masks (1 = token counts in the loss).
+
+    Returns:
+        ``old_logprob_abs_diff_max`` / ``old_logprob_abs_diff_mean``: max and mean of ``|Δ log p|`` (nats);
+        ``old_prob_abs_diff_max`` / ``_mean`` / ``_std`` (n - 1): the same for ``|Δ p|``, the reference's
+        ``rollout_probs_diff_{max,mean,std}`` (langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1290-1298);
+        ``old_logprob_tokens``: how many tokens were compared. Empty dict when no token has mask 1.
+
+    Raises:
+        ValueError: rows of different counts or lengths.
+    """
+    if not len(engine) == len(recomputed) == len(masks):
+        raise ValueError(f"got {len(engine)} engine rows, {len(recomputed)} recomputed rows and {len(masks)} masks")
+    diffs_lp, diffs_p = [], []
+    for b, (e, r, m) in enumerate(zip(engine, recomputed, masks, strict=True)):
+        if not len(e) == len(r) == len(m):
+            raise ValueError(f"row {b}: {len(e)} engine log-probs, {len(r)} recomputed, {len(m)} mask entries")
+        keep = np.asarray(m, dtype=bool)
+        e_np, r_np = np.asarray(e, dtype=np.float64)[keep], np.asarray(r, dtype=np.float64)[keep]
+        diffs_lp.append(np.abs(e_np - r_np))
+        diffs_p.append(np.abs(np.exp(e_np) - np.exp(r_np)))
+    lp = np.concatenate(diffs_lp) if diffs_lp else np.zeros(0)
+    if lp.size == 0:
+        return {}
+    p = np.concatenate(diffs_p)
+    return {
+        "old_logprob_abs_diff_max": float(lp.max()),
+        "old_logprob_abs_diff_mean": float(lp.mean()),
+        "old_prob_abs_diff_max": float(p.max()),
+        "old_prob_abs_diff_mean": float(p.mean()),
+        "old_prob_abs_diff_std": float(p.std(ddof=1)) if p.size > 1 else 0.0,  # torch.std: n - 1, as the reference
+        "old_logprob_tokens": float(lp.size),
+    }
+
+
+@torch.no_grad()
+def recompute_old_logprobs(
+    model: Any,
+    samples: Sequence[Sample],
+    *,
+    pad_token_id: int,
+    temperature: float,
+    micro_batch_tokens: int,
+    select: Sequence[bool] | np.ndarray | None = None,
+) -> tuple[list[Sample], dict[str, float]]:
+    """The samples with ``old_logprobs`` taken from ``model``, and the engine/trainer mismatch.
+
+    Args:
+        model: the trainable causal LM whose update follows (its train/eval mode is restored afterwards).
+        samples: (B,) this model's samples, ``old_logprobs`` as the rollout engine returned them.
+        pad_token_id: tokenizer pad id.
+        temperature: the rollout temperature (log-probs are of the temperature-scaled distribution, as sampled).
+        micro_batch_tokens: padded-token budget per forward, the update's ``optim.micro_batch_tokens``: the
+            same budget over the same samples gives the same micro-batches, hence bitwise the same log-probs as
+            the update's first forward.
+        select: (B,) bools; only selected samples are recomputed (the trainer leaves out samples the loss
+            ignores: advantage exactly 0 with no KL and no entropy term). None = all.
+
+    Returns:
+        ``(new_samples, metrics)``: B samples (copies for recomputed ones, the same objects otherwise) and
+        :func:`logprob_mismatch` over the recomputed ones.
+
+    Raises:
+        ValueError: ``select`` not of length B.
+    """
+    chosen = list(range(len(samples))) if select is None else [i for i, keep in enumerate(select) if keep]
+    if select is not None and len(select) != len(samples):
+        raise ValueError(f"select has {len(select)} entries for {len(samples)} samples")
+    if not chosen:
+        return list(samples), {}
+    picked = [samples[i] for i in chosen]
+    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in picked]
+    new_rows: dict[int, list[float]] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        for micro in micro_batches(lengths, micro_batch_tokens):
+            batch = [picked[i] for i in micro]
+            logprobs, _, _ = forward_logprobs(
+                model, [s.prompt_ids for s in batch], [s.response_ids for s in batch],
+                pad_token_id=pad_token_id, temperature=temperature,
+            )  # (b, T) float32, 0 on padding  # fmt: skip
+            rows = logprobs.cpu().tolist()
+            for j, i in enumerate(micro):
+                new_rows[chosen[i]] = rows[j][: len(picked[i].response_ids)]
+    finally:
+        model.train(was_training)
+    out = list(samples)
+    for i, row in new_rows.items():
+        out[i] = dataclasses.replace(samples[i], old_logprobs=row)
+    metrics = logprob_mismatch(
+        [samples[i].old_logprobs for i in chosen], [new_rows[i] for i in chosen], [samples[i].response_mask for i in chosen]
+    )
+    return out, metrics
