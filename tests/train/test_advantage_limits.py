@@ -31,8 +31,8 @@ def test_every_estimator_rejects_non_representable_scores(name):
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 def test_largest_accepted_scores_keep_exact_standardisation(name):
     s = np.array([MAX_ABS_SCORE, -MAX_ABS_SCORE, -MAX_ABS_SCORE, MAX_ABS_SCORE])
-    adv = ESTIMATORS[name](s, uid=UID, agent_id=AGENT, traj_uid=TRAJ, turn=TURN)
-    small = ESTIMATORS[name](s / MAX_ABS_SCORE, uid=UID, agent_id=AGENT, traj_uid=TRAJ, turn=TURN)
+    adv = ESTIMATORS[name](s, uid=UID, agent_id=AGENT, traj_uid=TRAJ, turn=TURN, eps=0.0)
+    small = ESTIMATORS[name](s / MAX_ABS_SCORE, uid=UID, agent_id=AGENT, traj_uid=TRAJ, turn=TURN, eps=0.0)
     assert np.all(np.isfinite(adv))
     np.testing.assert_allclose(adv, small, rtol=1e-12)  # scale invariance: same advantages as scores of +-1
 
