@@ -119,3 +119,19 @@ def test_seeded_requests_are_never_merged():
     assert sorted(rec.batches) == [1, 1, 1, 3]
     with pytest.raises(ValueError, match="batch_window_s must be >= 0 seconds"):
         RequestBatcher(rec, batch_window_s=-1)
+
+
+def test_llm_policy_from_model_with_each_backend_kind(served):
+    from drmas_train.policies import LLMPolicy
+
+    client, _, _ = served
+    local = LLMPolicy.from_model(MODEL, max_new_tokens=8, temperature=0.9, seed=5)
+    remote = LLMPolicy.from_model(MODEL, backend="openai", base_url=str(client.base_url), max_new_tokens=8,
+                                  temperature=0.9, seed=5)  # fmt: skip
+    assert remote(MESSAGES) == local(MESSAGES) and local(MESSAGES)
+    with pytest.raises(ValueError, match=r"backend must be one of 'hf', 'vllm', 'openai', got 'tgi'"):
+        LLMPolicy.from_model(MODEL, backend="tgi")
+    with pytest.raises(ValueError, match=r"backend='openai' needs base_url"):
+        LLMPolicy.from_model(MODEL, backend="openai")
+    with pytest.raises(ValueError, match=r"base_url is only for backend='openai', got backend='hf'"):
+        LLMPolicy.from_model(MODEL, base_url="http://127.0.0.1:1/v1")
