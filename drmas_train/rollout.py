@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from drmas_train.assignment import ModelPool
-from drmas_train.backends.base import TRUNCATION_MODES, Generation, SamplingParams
+from drmas_train.backends.base import TRUNCATION_MODES, Generation, SamplingParams, reports_tokens
 from drmas_train.sample_io import load_samples, save_samples
 from drmas_train.samples import Sample
 
@@ -128,7 +128,8 @@ def rollout(
         max_prompt_tokens: prompt length limit in tokens, or None; ``truncation`` (``"left"``, ``"middle"``,
             ``"error"``) says how longer prompts are cut (:func:`~drmas_train.backends.base.truncate_ids`).
             Response length is ``sampling.max_new_tokens``.
-        progress: show a tqdm bar of finished trajectories / total.
+        progress: show a tqdm bar of finished trajectories / total, and one of generated tokens that moves during
+            each batched call (backends that report tokens as they decode, :func:`~drmas_train.backends.base.reports_tokens`).
 
     Returns:
         :class:`RolloutResult` (samples ordered by trajectory, then turn).
@@ -179,6 +180,9 @@ def rollout(
     samples: list[Sample] = []
     trajectories: list[TrajectoryRecord] = []
     bar = tqdm(total=len(slots), desc="rollout", unit="traj", disable=not progress, leave=False)
+    # tokens as they are decoded: the trajectory bar cannot move during a lock-step call that lasts minutes
+    streams = {m: reports_tokens(b) for m, b in pool.backends.items()}
+    token_bar = tqdm(desc="generate", unit="tok", leave=False) if progress and any(streams.values()) else None
     try:
         for slot in slots:
             if slot.done:  # an episode that ended at reset (no call at all)
@@ -201,6 +205,8 @@ def rollout(
                 kwargs = {}
                 if max_prompt_tokens is not None:
                     kwargs = {"max_prompt_tokens": max_prompt_tokens, "truncation": truncation}
+                if token_bar is not None and streams[model_id]:
+                    kwargs["on_tokens"] = lambda rows, tokens: token_bar.update(len(tokens))
                 t_gen = time.perf_counter()
                 gens: list[Generation] = backend.generate(
                     [list(obs["messages"]) for _, _, obs in calls],
@@ -238,6 +244,8 @@ def rollout(
                 timing["env"] += time.perf_counter() - t_env
     finally:
         bar.close()
+        if token_bar is not None:
+            token_bar.close()
     timing["total"] = time.perf_counter() - start
     order = {s.traj_uid: k for k, s in enumerate(slots)}
     samples.sort(key=lambda s: (order[s.traj_uid], s.turn))
