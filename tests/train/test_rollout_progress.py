@@ -6,7 +6,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from backend_fakes import ScriptedBackend, tiny
+from backend_fakes import ScriptedBackend
+from tiny_rl import ENV_ID, tiny_loader
 
 pytest.importorskip("transformers")
 
@@ -33,7 +34,9 @@ def test_token_bar_moves_within_each_generate_call(monkeypatch):
             pass
 
     monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
-    loaded = tiny("tiny-llama")
+    from drmas_train.models import ModelSpec
+
+    loaded = tiny_loader(ModelSpec("tiny"), "m")
     backend = HFBackend.from_loaded(loaded)
     assert reports_tokens(backend) and not reports_tokens(ScriptedBackend())
     calls = []
@@ -46,10 +49,10 @@ def test_token_bar_moves_within_each_generate_call(monkeypatch):
     counting_generate.__signature__ = inspect.signature(original)  # still reports tokens
     monkeypatch.setattr(backend, "generate", counting_generate)
     pool = ModelPool({"m": loaded}, {"m": backend}, {"*": "m"})
-    result = rollout("math-solver-verifier-v0", [0, 1], 2, pool, SamplingParams(max_new_tokens=8), seed=0, progress=True)
+    result = rollout(ENV_ID, [0, 1], 2, pool, SamplingParams(max_new_tokens=4), seed=0, progress=True)
 
     traj_bar, token_bar = bars
     assert (traj_bar.kwargs["unit"], token_bar.kwargs["unit"]) == ("traj", "tok")
-    assert traj_bar.n == 4
+    assert traj_bar.n == 4 and len(calls) == 2  # one batched call per agent turn (a, then b)
     assert token_bar.n == sum(len(s.response_ids) for s in result.samples)  # every sampled token, EOS included
-    assert token_bar.updates > len(calls) >= 2  # updated inside the calls, once per decode step
+    assert token_bar.updates > len(calls)  # updated inside the calls, once per decode step
