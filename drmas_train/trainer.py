@@ -209,11 +209,13 @@ def _save(run: RunState, iteration: int) -> Path:
 def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> dict[str, Any]:
     """Run ``cfg.run.iterations`` training iterations (continuing from the latest checkpoint with ``resume``).
 
-    ``loader``, ``overwrite``: see :func:`build_run`.
+    ``loader``, ``overwrite``: see :func:`build_run`. Per-iteration summaries go to the ``drmas_train.trainer``
+    logger at INFO (``drmas train`` shows them; from Python call ``logging.basicConfig(level=logging.INFO)``);
+    progress bars are tqdm.
 
-    Ctrl-C (``KeyboardInterrupt``) saves a checkpoint of the last completed iteration (during an update, the
-    update and its iteration finish first: :mod:`drmas_train.interrupt`), logs where, and re-raises; ``--resume``
-    then continues exactly from there.
+    Ctrl-C (SIGINT) saves a checkpoint of the last completed iteration (during an update, the update and its
+    iteration finish first), logs where, and re-raises ``KeyboardInterrupt``; ``--resume`` continues exactly from
+    there (:mod:`drmas_train.interrupt`).
 
     Returns:
         ``{"run_dir", "iterations", "metrics" (last row), "plot", "checkpoint", "wall_time_s"}``.
@@ -221,60 +223,57 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwri
     Raises:
         ConfigError: see :func:`build_run`. KeyboardInterrupt: after the checkpoint is saved.
     """
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from drmas_train.interrupt import SigintGuard
+
+    with SigintGuard() as guard, logging_redirect_tqdm():
+        try:
+            return _train(cfg, resume=resume, loader=loader, overwrite=overwrite, guard=guard)
+        except KeyboardInterrupt:
+            guard.save_interrupted(_save)
+            raise
+
+
+def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guard: Any) -> dict[str, Any]:
+    """:func:`train`'s loop; ``guard`` (:class:`~drmas_train.interrupt.SigintGuard`) holds SIGINT during updates."""
     from tqdm.auto import tqdm
 
     from drmas_train.backends.base import SamplingParams
-    from drmas_train.interrupt import deferred_sigint
     from drmas_train.metrics_log import batch_metrics, plot_run
     from drmas_train.rollout import rollout, save_samples
 
     t_start = time.perf_counter()
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
+    guard.attach(run)
     r, ckpt, metrics = cfg.rollout, None, {}
-    done, saved_at = run.start_iteration, run.start_iteration if resume else None  # completed / checkpointed
-    sampler_done = run.sampler.state_dict()  # the sampler's state after the `done` completed iterations
     bar = tqdm(range(run.start_iteration, cfg.run.iterations), desc="train", unit="iter", disable=not cfg.run.progress,
                initial=run.start_iteration, total=cfg.run.iterations)  # fmt: skip
-    try:
-        for it in bar:
-            seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
-            t0 = time.perf_counter()
-            tasks = [run.tasks[i] for i in run.sampler.next_batch()]
-            sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
-            result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
-                             max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
-            with deferred_sigint(f"iteration {it + 1}"):
-                if cfg.run.save_samples:
-                    save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
-                t1 = time.perf_counter()
-                adv = compute_advantages(cfg, result.samples)  # (B,)
-                metrics = batch_metrics(result.samples, adv)
-                metrics.update(_update_models(run, result.samples, adv, seed))
-                t2 = time.perf_counter()
-                if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
-                    metrics.update(_validate(run, it + 1))
-                t3 = time.perf_counter()
-                metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
-                                "perf/generate_s": result.timing.get("generate", 0.0), "perf/iteration_s": t3 - t0})  # fmt: skip
-                run.logger.log(it + 1, metrics)
-                bar.write(_summary_line(it + 1, metrics))
-                done, sampler_done = it + 1, run.sampler.state_dict()
-                if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
-                    ckpt, saved_at = _save(run, it + 1), it + 1
-    except KeyboardInterrupt:
-        bar.close()
-        run.logger.close()
-        if done == saved_at or done == 0:
-            from drmas_train.checkpoint import latest_checkpoint
-
-            latest = latest_checkpoint(run.run_dir / "checkpoints")
-            where = f"its checkpoint is {latest}" if done else "no iteration completed: nothing saved"
-            logger.warning("interrupted at iter %d; %s", done, where)
-        else:
-            run.sampler.load_state_dict(sampler_done)  # undo the draw of the iteration that did not finish
-            ckpt = _save(run, done)
-            logger.warning("interrupted: saved checkpoint %s (iter %d); continue with --resume", ckpt, done)
-        raise
+    for it in bar:
+        seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
+        t0 = time.perf_counter()
+        tasks = [run.tasks[i] for i in run.sampler.next_batch()]
+        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+        result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
+                         max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
+        guard.hold(f"iteration {it + 1}")  # from here to the checkpoint, Ctrl-C waits for the iteration to finish
+        if cfg.run.save_samples:
+            save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
+        t1 = time.perf_counter()
+        adv = compute_advantages(cfg, result.samples)  # (B,)
+        metrics = batch_metrics(result.samples, adv)
+        metrics.update(_update_models(run, result.samples, adv, seed))
+        t2 = time.perf_counter()
+        if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
+            metrics.update(_validate(run, it + 1))
+        t3 = time.perf_counter()
+        metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
+                        "perf/generate_s": result.timing.get("generate", 0.0), "perf/iteration_s": t3 - t0})  # fmt: skip
+        run.logger.log(it + 1, metrics)
+        logger.info("%s", _summary_line(it + 1, metrics))
+        if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
+            ckpt = _save(run, it + 1)
+        guard.release(it + 1)  # iteration complete; a Ctrl-C received meanwhile raises here
     bar.close()
     run.logger.close()
     plot = plot_run(run.logger.path, run.run_dir / "training_curves.png") if cfg.run.plot and run.logger.path.is_file() else None
