@@ -53,7 +53,9 @@ def main(argv: list[str]) -> int:
         return 0
     from drmas_train.trainer import train
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s")  # library messages (drmas_* loggers) to stderr
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # other libraries: warnings only
+    for name in ("drmas_train", "drmas_envs"):  # drmas's own messages (per-iteration summaries, resume, Ctrl-C)
+        logging.getLogger(name).setLevel(logging.INFO)
     try:
         summary = train(cfg, resume=args.resume, overwrite=args.overwrite)
     except ConfigError as err:
