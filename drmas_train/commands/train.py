@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Entry point; returns the exit code (2 for a bad config, before any model loads)."""
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # overrides may come before and after --resume etc.
     if args.list_presets:
         print("\n".join(list_presets()))
         return 0

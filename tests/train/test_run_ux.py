@@ -107,23 +107,25 @@ def test_partial_checkpoint_folders_are_removed_on_start(tmp_path, caplog):
     assert any(".tmp-iter_000003-abcd" in r.getMessage() for r in caplog.records)
 
 
-_INTERRUPTED_RUN = """
-import logging, sys
+_CLI = """
+import sys
 sys.path.insert(0, {here!r})
-logging.basicConfig(level=logging.INFO, format="%(message)s")
-from tiny_rl import tiny_config, tiny_loader
-from drmas_train.trainer import train
-try:
-    train(tiny_config({run_dir!r}, "run.iterations=1000"), loader=tiny_loader)
-except KeyboardInterrupt:
-    sys.exit(130)
+import tiny_rl  # registers the tiny env
+from drmas_train.cli import main
+sys.exit(main(["train", "--config", {config!r}, "models.m.name_or_path=tiny-llama", *{args!r}]))
 """
 
 
-def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path, caplog):
+def _cli(config, *args, **popen):
+    code = _CLI.format(here=str(HERE), config=str(config), args=list(args))
+    return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", _INTERRUPTED_RUN.format(here=str(HERE), run_dir=str(run_dir))],
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    tiny_config(run_dir)  # writes tmp_path / "run.yaml"
+    config = tmp_path / "run.yaml"
+    proc = _cli(config, "run.iterations=1000")
     try:
         deadline = time.time() + 240
         metrics = run_dir / "metrics.jsonl"
@@ -140,6 +142,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path, caplog):
     ckpt = latest_checkpoint(run_dir / "checkpoints")
     assert done >= 2 and ckpt is not None and ckpt.name == f"iter_{done:06d}"
     assert f"saved checkpoint {ckpt} (iter {done}); continue with --resume" in err
+    assert err.rstrip().endswith("drmas train: interrupted") and "Traceback" not in err
     assert not list((run_dir / "checkpoints").glob(".tmp-iter_*"))
     # the saved sampler is the one after `done` iterations, not after the draw of the interrupted one
     state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
@@ -148,7 +151,8 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path, caplog):
         expected.next_batch()
     assert state["iteration"] == done and state["sampler"] == expected.state_dict()
 
-    with caplog.at_level(logging.INFO, logger="drmas_train"):
-        train(tiny_config(run_dir, f"run.iterations={done + 1}"), resume=True, loader=tiny_loader)
-    assert f"resumed from iter {done} (checkpoint {ckpt})" in caplog.text
+    proc = _cli(config, "--resume", f"run.iterations={done + 1}")
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert f"resumed from iter {done} (checkpoint {ckpt})" in err and f"iter {done + 1}: reward" in err
     assert [r["iteration"] for r in read_metrics(run_dir / "metrics.jsonl")] == list(range(1, done + 2))
