@@ -35,9 +35,10 @@ def test_import_make_and_reset_leave_global_rngs_alone():
     proc = subprocess.run([sys.executable, "-c", _CHECK], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     unchanged = json.loads(proc.stdout.strip().splitlines()[-1])
-    import drmas_envs
-
-    assert {k.rsplit(" ", 1)[0] for k in unchanged} >= set(drmas_envs.registry)  # every built-in env was checked
+    checked = {k.rsplit(" ", 1)[0] for k in unchanged} - {"import"}
+    # every built-in env (a fresh interpreter has only those; tests register more in this process)
+    assert checked >= {"math-solver-v0", "math-solver-verifier-v0", "math-generator-verifier-refiner-v0",
+                       "search-orchestrator-v0", "search-r1-v0"}  # fmt: skip
     assert all(unchanged.values()), {k: v for k, v in unchanged.items() if not v}
 
 
