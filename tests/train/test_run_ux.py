@@ -45,6 +45,8 @@ def no_model_load(monkeypatch):
         (["env.id=search-orchestrator-v0"], r"^drmas train: env.id='search-orchestrator-v0' does not take "
                                             r"env.kwargs.max_loops, env.data .*it takes: corpus, .*"
                                             r"Start from a preset written for 'search-orchestrator-v0': --config quickstart_search"),
+        (["eval.every=1", "eval.data=/no/such.jsonl"], r"^drmas train: eval.data='/no/such.jsonl': task file "
+                                                         r"'/no/such.jsonl' not found\. Accepted:"),
         (["rollout.group_size=1"], r"^drmas train: rollout.group_size must be >= 2, got 1: group baselines"),
         (["--resume"], r"^drmas train: --resume: no checkpoint under .*checkpoints; run without --resume first"),
         (["--resume", "--overwrite"], r"^drmas train: --resume and --overwrite exclude each other"),
