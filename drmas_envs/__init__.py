@@ -7,8 +7,13 @@
 No torch is imported anywhere in this package: envs take text in and give text, rewards and infos out.
 """
 
-from drmas_envs.core import ListTaskSource, Task, TaskSource, TextAECEnv
-from drmas_envs.registration import (
+from drmas_envs._rng import global_rng_preserved
+
+_rng_guard = global_rng_preserved()  # importing drmas_envs leaves random / numpy's global state as it was
+_rng_guard.__enter__()
+
+from drmas_envs.core import ListTaskSource  # noqa: E402, Task, TaskSource, TextAECEnv
+from drmas_envs.registration import (  # noqa: E402
     EnvSpec,
     RegistrationError,
     make,
@@ -35,7 +40,10 @@ __all__ = [
     "__version__",
 ]
 
-from drmas_envs import (
+from drmas_envs import (  # noqa: E402
     _builtin,  # noqa: E402,F401  (registers the built-in envs)
     wrappers,  # noqa: E402,F401  (mirrors every id into Gymnasium as "drmas/<id>")
 )
+
+_rng_guard.__exit__(None, None, None)
+del _rng_guard

@@ -25,6 +25,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from drmas_envs._rng import global_rng_preserved
+
 __all__ = [
     "EnvSpec",
     "RegistrationError",
@@ -145,13 +147,14 @@ class EnvSpec:
 
     def make(self, **kwargs: Any) -> Any:
         """Build the env with ``self.kwargs`` overridden by ``kwargs`` (see :func:`make`)."""
-        factory = self.load()
-        merged = {**self.kwargs, **kwargs}
-        _check_kwargs(self.id, factory, merged)
-        try:
-            env = factory(**merged)
-        except TypeError as err:
-            raise TypeError(f"{err} (while making env {self.id!r} with kwargs {merged!r})") from err
+        with global_rng_preserved():  # a dependency imported on first use must not move random / numpy's state
+            factory = self.load()
+            merged = {**self.kwargs, **kwargs}
+            _check_kwargs(self.id, factory, merged)
+            try:
+                env = factory(**merged)
+            except TypeError as err:
+                raise TypeError(f"{err} (while making env {self.id!r} with kwargs {merged!r})") from err
         env.spec = self  # type: ignore[attr-defined]
         return env
 

@@ -44,6 +44,9 @@ Conventions (decided here, pinned by tests/train/test_advantages.py):
 * **Zero / near-zero variance**: deviations are computed in float64 with a two-pass (subtract the mean first)
   scheme, and a group whose std is below ``ZERO_STD_RTOL * max(1, |mean|)`` is treated as exactly constant:
   all its advantages are 0 (so eight 0.9s give exactly 0, not float residue divided by eps).
+* **Non-representable scores**: a finite score with ``|s| > MAX_ABS_SCORE`` (1e150) raises ``ValueError``
+  (:func:`check_scores`): the squared deviations of the std would overflow float64 (|s| >~ 1.3e154) and the whole
+  group would silently get advantage 0. Scale such rewards down in the env.
 * **Non-finite scores** (nan/inf) are excluded from every group statistic and get ``A = 0``; a
   :class:`RuntimeWarning` says how many.
 * **Padding / duplication**: rows with ``mask=False`` are ignored (A = 0) and do not affect other rows, so the
@@ -62,6 +65,8 @@ import numpy as np
 __all__ = [
     "ZERO_STD_RTOL",
     "SINGLETON_MODES",
+    "MAX_ABS_SCORE",
+    "check_scores",
     "AdvantageEstimator",
     "ESTIMATORS",
     "register_estimator",
@@ -80,6 +85,31 @@ SINGLETON_MODES = ("zero", "raw")
 
 #: a group whose std is below ``ZERO_STD_RTOL * max(1, |mean|)`` counts as constant (advantages exactly 0).
 ZERO_STD_RTOL = 1e-7
+
+#: largest accepted |score|: B squared deviations of up to 2 * 1e150 each stay below float64's max (1.8e308) for
+#: any batch up to 1e6 samples, so the group std never overflows.
+MAX_ABS_SCORE = 1e150
+
+
+def check_scores(scores: Sequence[float] | np.ndarray) -> np.ndarray:
+    """``scores`` as a (B,) float64 array, after checking that the group statistics can represent them.
+
+    Non-finite values (nan/inf) pass (the estimators exclude them with a warning).
+
+    Raises:
+        ValueError: a finite score with ``|s| > MAX_ABS_SCORE``; the message gives the first offending index and
+            value and says to scale the rewards.
+    """
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    big = np.flatnonzero(np.isfinite(s) & (np.abs(s) > MAX_ABS_SCORE))
+    if big.size:
+        i = int(big[0])
+        raise ValueError(
+            f"{big.size} score(s) too large for advantage statistics: scores[{i}] = {float(s[i])!r}, but |score| must be "
+            f"<= {MAX_ABS_SCORE:g} (squaring larger deviations overflows float64 and would zero the whole group); "
+            "scale the rewards down"
+        )
+    return s
 
 
 class AdvantageEstimator(Protocol):
@@ -223,7 +253,7 @@ def normalize_in_groups(
 
 
 def _prepare(scores, mask, *cols) -> tuple[np.ndarray, np.ndarray]:
-    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    s = check_scores(scores)
     for name, col in cols:
         if col is None:
             raise ValueError(f"this estimator needs {name!r} (a (B,) column), got None")

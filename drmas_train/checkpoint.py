@@ -10,7 +10,12 @@ Layout of one checkpoint (``<run dir>/checkpoints/iter_000004/``)::
 Everything is written into a hidden temporary directory next to the target and then renamed into place
 (``os.rename`` of a directory is atomic on POSIX), so a process killed at any moment leaves either the previous
 complete checkpoint or the new complete one, never a partial one. :func:`latest_checkpoint` only ever sees
-complete ones.
+complete ones. A kill during the write leaves the hidden ``.tmp-iter_*`` folder behind:
+:func:`remove_partial_checkpoints` deletes them (the trainer calls it when a run starts).
+
+Every ``.pt`` file holds only tensors and plain Python containers (the RNG states included: numpy's is stored as
+lists of ints), so :func:`load_checkpoint` reads them with ``torch.load(weights_only=True)``: a checkpoint file
+cannot run code when it is loaded.
 """
 
 from __future__ import annotations
@@ -26,23 +31,42 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["save_checkpoint", "load_checkpoint", "latest_checkpoint", "rng_state", "set_rng_state", "load_weights"]
+__all__ = [
+    "save_checkpoint",
+    "load_checkpoint",
+    "latest_checkpoint",
+    "remove_partial_checkpoints",
+    "rng_state",
+    "set_rng_state",
+    "load_weights",
+]
 
 _NAME = re.compile(r"^iter_(\d{6,})$")
+_TMP_PREFIX = ".tmp-iter_"
 
 
 def rng_state() -> dict[str, Any]:
-    """The global RNG states of python ``random``, numpy's legacy generator, torch CPU (and CUDA if present)."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The global RNG states of python ``random``, numpy's legacy generator, torch CPU (and CUDA if present).
+
+    Only tensors, ints, floats, str, None, lists, tuples and dicts, so ``torch.load(weights_only=True)`` reads it
+    back: numpy's ``(name, key: uint32[624], pos, has_gauss, cached_gaussian)`` is stored with the key as a list.
+    """
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = {"name": str(name), "key": [int(k) for k in key], "pos": int(pos), "has_gauss": int(has_gauss),
+                   "cached_gaussian": float(cached)}  # fmt: skip
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of :func:`rng_state`."""
+    """Inverse of :func:`rng_state` (also accepts numpy's own tuple form, as older checkpoints stored it)."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    n = state["numpy"]
+    if isinstance(n, dict):
+        n = (n["name"], np.asarray(n["key"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    np.random.set_state(n)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -72,7 +96,8 @@ def save_checkpoint(
         optimizers: ``model_id -> ModelOptimizer``.
         sampler_state: the task sampler's state dict.
         config_yaml: the resolved config.
-        extra: anything else picklable to restore.
+        extra: anything else to restore: tensors and plain containers of int/float/str/bool/None only
+            (checkpoints are loaded with ``torch.load(weights_only=True)``).
         keep: how many most recent checkpoints to keep (>= 1).
 
     Returns:
@@ -81,7 +106,7 @@ def save_checkpoint(
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter_{iteration:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-iter_{iteration:06d}-", dir=root))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{iteration:06d}-", dir=root))
     try:
         for model_id, (model, tokenizer) in models.items():
             model.save_pretrained(tmp / "models" / model_id)
@@ -107,6 +132,22 @@ def save_checkpoint(
 def _complete(root: Path) -> list[Path]:
     found = [p for p in root.iterdir() if p.is_dir() and _NAME.match(p.name)] if root.is_dir() else []
     return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+
+
+def remove_partial_checkpoints(ckpt_root: str | Path) -> list[Path]:
+    """Delete the ``.tmp-iter_*`` folders that a process killed while writing a checkpoint left under
+    ``ckpt_root``; returns the removed paths (none when the folder does not exist).
+
+    Only call it when no other process is writing checkpoints into the same folder (the trainer calls it when a
+    run starts, before its first save).
+    """
+    root = Path(ckpt_root)
+    if not root.is_dir():
+        return []
+    removed = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(_TMP_PREFIX)]
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    return removed
 
 
 def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
@@ -165,7 +206,7 @@ def load_checkpoint(path: str | Path, *, models: dict[str, Any], optimizers: dic
         file = path / "optim" / f"{model_id}.pt"
         if not file.is_file():
             raise FileNotFoundError(f"checkpoint {path} has no optimizer state for model {model_id!r}")
-        opt.load_state_dict(torch.load(file, weights_only=False))
-    state = torch.load(path / "trainer_state.pt", weights_only=False)
+        opt.load_state_dict(torch.load(file, weights_only=True))
+    state = torch.load(path / "trainer_state.pt", weights_only=True)
     set_rng_state(state["rng"])
     return state

@@ -38,6 +38,7 @@ __all__ = [
     "TrainConfig",
     "DEFAULT_PRESET",
     "list_presets",
+    "presets_for_env",
     "preset_path",
     "load_config",
     "validate_config",
@@ -255,6 +256,19 @@ def list_presets() -> list[str]:
     return sorted(p.name[:-5] for p in _configs_dir().iterdir() if p.name.endswith(".yaml"))
 
 
+def presets_for_env(env_id: str) -> list[str]:
+    """The bundled presets whose ``env.id`` is ``env_id`` (``quickstart_*`` first), for error messages."""
+    found = []
+    for name in list_presets():
+        try:
+            node = _read_yaml(name)
+        except ConfigError:
+            continue
+        if OmegaConf.select(node, "env.id", default=EnvConfig.id) == env_id:
+            found.append(name)
+    return sorted(found, key=lambda n: (not n.startswith("quickstart"), n))
+
+
 def preset_path(name_or_path: str) -> Any:
     """Resolve ``name_or_path``: an existing YAML file, else a bundled preset name (``.yaml`` optional).
 
@@ -354,6 +368,8 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
         _check(value >= 1, f"algorithm.{key} must be >= 1, got {value}")
     for key in ("batch_size", "group_size", "max_new_tokens", "max_prompt_tokens"):
         _check(getattr(r, key) >= 1, f"rollout.{key} must be >= 1, got {getattr(r, key)}")
+    _check(r.group_size >= 2, f"rollout.group_size must be >= 2, got {r.group_size}: group baselines (GRPO, Dr. MAS) "
+           "compare rollouts of the same task, so one rollout per task gives no learning signal; accepted: 2 or more")
     _check(r.temperature > 0, f"rollout.temperature must be > 0 for training, got {r.temperature}")
     _check(r.truncation in TRUNCATION_MODES, f"rollout.truncation={r.truncation!r}; accepted: {', '.join(TRUNCATION_MODES)}")
     _check(o.lr > 0 and o.grad_clip > 0, f"optim.lr and optim.grad_clip must be > 0, got {o.lr}, {o.grad_clip}")

@@ -299,4 +299,7 @@ def require_task_files(cfg: Any) -> None:
             ("eval.data", cfg.eval.data if cfg.eval.every > 0 else None))  # fmt: skip
     for key, spec in keys:
         if isinstance(spec, str) and spec.endswith(_SUFFIXES) and not Path(spec).is_file():
-            raise ConfigError(f"{key}: task file {spec!r} not found{missing_data_hint(spec)}")
+            from drmas_train.env_setup import DATA_FORMS
+
+            hint = missing_data_hint(spec)  # a recipe's output: the command that writes it; else the accepted forms
+            raise ConfigError(f"{key}={spec!r}: task file {spec!r} not found" + (hint or f". Accepted: {DATA_FORMS}"))

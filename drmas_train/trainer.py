@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ import torch
 from drmas_train.config import ConfigError, TrainConfig, to_yaml, validate_config
 
 __all__ = ["RunState", "build_run", "train", "compute_advantages", "model_specs"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -59,23 +62,26 @@ def model_specs(cfg: TrainConfig) -> dict[str, Any]:
     return specs
 
 
-def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> RunState:
+def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> RunState:
     """Seed, load tasks, check the config against the env, load models, build optimizers, restore a checkpoint.
 
     ``loader`` (``(ModelSpec, model_id) -> LoadedModel``, default :func:`drmas_train.models.load_model`) lets
-    tests and embedding code supply their own models.
+    tests and embedding code supply their own models. ``overwrite``: delete the results of an earlier run in
+    ``run.dir`` instead of refusing it (:mod:`drmas_train.run_dir`).
 
     Raises:
-        ConfigError: a task file named by the config is missing, the env's agents do not match ``cfg.agents``
-            (both raised before any model loads), or ``resume`` without a checkpoint in ``run.dir``.
+        ConfigError: raised before any model loads: ``run.dir`` holds an earlier run (without ``resume`` or
+            ``overwrite``), ``resume`` without a checkpoint in ``run.dir``, a prepared task file named by the config is missing, ``env.data`` / ``env.id`` /
+            ``env.kwargs`` the env cannot take, or env agents that do not match ``cfg.agents``.
     """
     import drmas_envs
-    from drmas_envs.data.load import load_tasks
     from drmas_train.assignment import build_models, make_backend
-    from drmas_train.checkpoint import latest_checkpoint, load_checkpoint
+    from drmas_train.checkpoint import load_checkpoint
     from drmas_train.data_prep import require_task_files
+    from drmas_train.env_setup import load_env_tasks, make_probe_env
     from drmas_train.metrics_log import MetricsLogger
     from drmas_train.optim import build_optimizer
+    from drmas_train.run_dir import prepare_run_dir
     from drmas_train.task_sampler import TaskSampler
 
     if cfg.run.num_threads > 0:
@@ -84,14 +90,15 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run.dir)
+    resume_ckpt = prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)  # refusals before anything loads
     require_task_files(cfg)  # a missing prepared file names the `drmas data prepare` command that writes it
-    tasks = load_tasks(cfg.env.data, seed=cfg.seed) if cfg.env.data else None
+    tasks = load_env_tasks(cfg)
     env_kwargs = dict(cfg.env.kwargs) | ({"data": tasks} if tasks is not None else {})
 
     def env_fn():
         return drmas_envs.make(cfg.env.id, **env_kwargs)
 
-    probe = env_fn()
+    probe = make_probe_env(cfg, env_fn)
     validate_config(cfg, list(probe.possible_agents))  # before any model loads
     tasks = probe.tasks if tasks is None else tasks
     val_tasks = None
@@ -99,7 +106,8 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
         spec = cfg.eval.data or cfg.env.data
         # procedural sources: another seed gives held-out problems; files: the first eval.size rows of the file;
         # no data at all: the env's own tasks (then not held out).
-        val_src = load_tasks(spec, seed=cfg.seed + 10_000) if spec else tasks
+        key = "eval.data" if cfg.eval.data else "env.data"
+        val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000) if spec else tasks
         val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
 
     specs = model_specs(cfg)
@@ -127,19 +135,17 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
         raise ConfigError("no trainable model: set trainable: true on at least one model")
     sampler = TaskSampler(len(tasks), cfg.rollout.batch_size, seed=cfg.seed)
     start = 0
-    if resume:
-        ckpt = latest_checkpoint(run_dir / "checkpoints")
-        if ckpt is None:
-            raise ConfigError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; run without --resume first")
+    if resume_ckpt is not None:
         models = {mid: pool.models[mid].model for mid in optimizers}
-        state = load_checkpoint(ckpt, models=models, optimizers=optimizers)
+        state = load_checkpoint(resume_ckpt, models=models, optimizers=optimizers)
         sampler.load_state_dict(state["sampler"])
         start = int(state["iteration"])
         for mid, loaded in pool.models.items():
             pool.backends[mid].sync_weights(loaded.model)
-    logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
+        logger.info("resumed from iter %d (checkpoint %s)", start, resume_ckpt)
+    metrics_logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, logger, start)
+    return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start)
 
 
 def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
@@ -212,14 +218,37 @@ def _save(run: RunState, iteration: int) -> Path:
                            sampler_state=run.sampler.state_dict(), config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints)  # fmt: skip
 
 
-def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict[str, Any]:
+def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> dict[str, Any]:
     """Run ``cfg.run.iterations`` training iterations (continuing from the latest checkpoint with ``resume``).
 
-    ``loader``: see :func:`build_run`.
+    ``loader``, ``overwrite``: see :func:`build_run`. Per-iteration summaries go to the ``drmas_train.trainer``
+    logger at INFO (``drmas train`` shows them; from Python call ``logging.basicConfig(level=logging.INFO)``);
+    progress bars are tqdm.
+
+    Ctrl-C (SIGINT) saves a checkpoint of the last completed iteration (during an update, the update and its
+    iteration finish first), logs where, and re-raises ``KeyboardInterrupt``; ``--resume`` continues exactly from
+    there (:mod:`drmas_train.interrupt`).
 
     Returns:
         ``{"run_dir", "iterations", "metrics" (last row), "plot", "checkpoint", "wall_time_s"}``.
+
+    Raises:
+        ConfigError: see :func:`build_run`. KeyboardInterrupt: after the checkpoint is saved.
     """
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    from drmas_train.interrupt import SigintGuard
+
+    with SigintGuard() as guard, logging_redirect_tqdm():
+        try:
+            return _train(cfg, resume=resume, loader=loader, overwrite=overwrite, guard=guard)
+        except KeyboardInterrupt:
+            guard.save_interrupted(_save)
+            raise
+
+
+def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guard: Any) -> dict[str, Any]:
+    """:func:`train`'s loop; ``guard`` (:class:`~drmas_train.interrupt.SigintGuard`) holds SIGINT during updates."""
     from tqdm.auto import tqdm
 
     from drmas_train.backends.base import SamplingParams
@@ -227,7 +256,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
     from drmas_train.rollout import rollout, save_samples
 
     t_start = time.perf_counter()
-    run = build_run(cfg, resume=resume, loader=loader)
+    run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
+    guard.attach(run)
     r, ckpt, metrics = cfg.rollout, None, {}
     bar = tqdm(range(run.start_iteration, cfg.run.iterations), desc="train", unit="iter", disable=not cfg.run.progress,
                initial=run.start_iteration, total=cfg.run.iterations)  # fmt: skip
@@ -240,6 +270,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
         sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
         result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
                          max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
+        guard.hold(f"iteration {it + 1}")  # from here to the checkpoint, Ctrl-C waits for the iteration to finish
         if cfg.run.save_samples:
             save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
         t1 = time.perf_counter()
@@ -253,9 +284,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
         metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
                         "perf/generate_s": result.timing.get("generate", 0.0), "perf/iteration_s": t3 - t0})  # fmt: skip
         run.logger.log(it + 1, metrics)
-        bar.write(_summary_line(it + 1, metrics))
+        logger.info("%s", _summary_line(it + 1, metrics))
         if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
             ckpt = _save(run, it + 1)
+        guard.release(it + 1)  # iteration complete; a Ctrl-C received meanwhile raises here
     bar.close()
     run.logger.close()
     plot = plot_run(run.logger.path, run.run_dir / "training_curves.png") if cfg.run.plot and run.logger.path.is_file() else None

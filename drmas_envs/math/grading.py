@@ -18,9 +18,12 @@ power). So the grader:
   ground truth -> ``correct`` without parsing (``exact_shortcut``, on by default);
 * runs math-verify in a small **persistent worker process** (:class:`VerifyWorker`, ``python
   drmas_envs/math/_verify_worker.py``), with its address space capped (``RLIMIT_AS``, default 1 GiB) and a
-  hard wall-clock limit per call (default 1 s). On timeout the parent SIGKILLs the worker, answers ``timeout``
-  and starts a fresh worker in the background. Start-up (importing sympy and a warm-up verification, ~1-2 s)
-  is not charged to a call; the math envs start the worker when they are constructed (``prestart``).
+  hard wall-clock limit per call (default 1 s) that covers the whole call, restarts included. On timeout the
+  parent SIGKILLs the worker, answers ``timeout`` and hands the next call to a **warm spare** worker (kept
+  ready beside the active one), while a new spare starts in the background: one adversarial answer no longer
+  makes the next grades wait for sympy to import. Only the first start of a process (importing sympy and a
+  warm-up verification, ~1-2 s) is not charged to a call; the math envs start the workers when they are
+  constructed (``prestart``).
   One worker serves a process; calls are serialised by a lock (measured on GSM8K / MATH-500: p50 4-7 ms, p99
   14-300 ms; ``benchmarks/grading_oracle.py``). A worker started before ``os.fork`` is not shared with the child:
   the child starts its own.
@@ -124,43 +127,30 @@ def _scan_boxed(text: str, max_chars: int | None) -> tuple[str | None, bool]:
     return None, False
 
 
-class VerifyWorker:
-    """A persistent math-verify process with a hard per-call time limit and a memory cap.
+class _WorkerProcess:
+    """One ``_verify_worker.py`` process: its pipes, read buffer, readiness and the pid that started it."""
 
-    Args:
-        memory_limit_bytes: ``RLIMIT_AS`` of the worker (default 1 GiB; 0 = no cap).
-        startup_timeout_s: how long to wait for a (re)started worker to import math-verify.
-
-    Not charged to a call's time limit: waiting for the worker to be ready. POSIX only (``select`` on pipes).
-    """
-
-    def __init__(self, memory_limit_bytes: int = 1 << 30, startup_timeout_s: float = 120.0) -> None:
-        self.memory_limit_bytes = int(memory_limit_bytes)
-        self.startup_timeout_s = float(startup_timeout_s)
-        self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._pid_owner = -1  # os.getpid() of the process that started _proc
-        self._ready = False
-        self._buffer = b""
-        self.restarts = 0  # how many times a worker was killed (timeouts, crashes)
-
-    def _spawn(self) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, str(_WORKER_SCRIPT), str(self.memory_limit_bytes)],
+    def __init__(self, memory_limit_bytes: int) -> None:
+        self.popen = subprocess.Popen(
+            [sys.executable, str(_WORKER_SCRIPT), str(memory_limit_bytes)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             close_fds=True,
         )
-        self._pid_owner = os.getpid()
-        self._ready = False
-        self._buffer = b""
+        self.owner = os.getpid()
+        self.ready = False
+        self.buffer = b""
 
-    def _readline(self, deadline: float) -> str | None:
+    def usable(self) -> bool:
+        """Started by this process (not inherited through ``fork``) and still running."""
+        return self.owner == os.getpid() and self.popen.poll() is None
+
+    def readline(self, deadline: float) -> str | None:
         """One line from the worker, or ``None`` if ``deadline`` (time.monotonic) passes or the worker died."""
-        assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        while b"\n" not in self._buffer:
+        assert self.popen.stdout is not None
+        fd = self.popen.stdout.fileno()
+        while b"\n" not in self.buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -170,67 +160,132 @@ class VerifyWorker:
             chunk = os.read(fd, 65536)
             if not chunk:  # EOF: the worker exited (e.g. killed by the memory cap)
                 return None
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
         return line.decode("utf-8", errors="replace")
 
+    def wait_ready(self, deadline: float) -> bool:
+        """Whether the worker has written ``ready`` by ``deadline`` (it keeps starting if not)."""
+        if not self.ready:
+            line = self.readline(deadline)
+            if line is not None and line != "ready":
+                raise RuntimeError(f"the math-verify worker sent {line!r} instead of 'ready'")
+            self.ready = line == "ready"
+        return self.ready
+
+    def kill(self) -> None:
+        if self.owner == os.getpid():
+            self.popen.kill()
+            self.popen.wait()
+
+
+class VerifyWorker:
+    """A persistent math-verify process with a hard per-call time limit and a memory cap, plus a warm spare.
+
+    Args:
+        memory_limit_bytes: ``RLIMIT_AS`` of each worker process (default 1 GiB; 0 = no cap).
+        startup_timeout_s: how long the *first* call waits for the first worker (and its spare) to import
+            math-verify (~1-2 s; not charged to that call's limit).
+
+    Every later call is bounded by its own limit, restarts included: a call that times out kills the worker and
+    promotes the **spare** (a second process, already warm), and a new spare starts in the background. A call
+    that finds no ready worker (the spare is still importing after back-to-back timeouts) waits for it inside
+    its own limit and, past it, answers ``timeout`` like a slow verification. Two processes of ~150 MB each.
+    POSIX only (``select`` on pipes).
+    """
+
+    def __init__(self, memory_limit_bytes: int = 1 << 30, startup_timeout_s: float = 120.0) -> None:
+        self.memory_limit_bytes = int(memory_limit_bytes)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self._lock = threading.Lock()
+        self._active: _WorkerProcess | None = None
+        self._spare: _WorkerProcess | None = None
+        self._warm_pid = -1  # os.getpid() of the process in which a worker was once ready (cold start done)
+        self.restarts = 0  # how many times a worker was killed (timeouts, crashes)
+
+    @property
+    def _proc(self) -> subprocess.Popen[bytes] | None:
+        """The active worker's process (None before the first start)."""
+        return self._active.popen if self._active is not None else None
+
+    def _fill(self) -> None:
+        """Make sure an active worker and a spare exist (started by this process, running); never waits."""
+        if self._active is None or not self._active.usable():
+            if self._active is not None and self._active.owner == os.getpid():
+                self._active.kill()  # died on its own (memory cap): reap it
+            if self._spare is not None and self._spare.usable():
+                self._active, self._spare = self._spare, None
+            else:
+                self._active = _WorkerProcess(self.memory_limit_bytes)
+        if self._spare is None or not self._spare.usable():
+            self._spare = _WorkerProcess(self.memory_limit_bytes)
+
     def prestart(self) -> None:
-        """Start the worker process now without waiting for it (it imports while the caller works on)."""
+        """Start the worker and its spare now without waiting for them (they import while the caller works on)."""
         with self._lock:
-            if self._proc is None or self._pid_owner != os.getpid() or self._proc.poll() is not None:
-                self._spawn()
+            self._fill()
 
-    def _ensure_ready(self) -> None:
-        if self._proc is None or self._pid_owner != os.getpid() or self._proc.poll() is not None:
-            self._spawn()
-        if not self._ready:
-            line = self._readline(time.monotonic() + self.startup_timeout_s)
-            if line != "ready":
-                self._kill()
-                raise RuntimeError(
-                    f"the math-verify worker ({_WORKER_SCRIPT}) did not start within {self.startup_timeout_s} s; "
-                    f"check that math-verify is installed for {sys.executable}"
-                )
-            self._ready = True
-
-    def _kill(self) -> None:
-        if self._proc is not None and self._pid_owner == os.getpid():
-            self._proc.kill()
-            self._proc.wait()
-        self._proc = None
-        self._ready = False
+    def _replace_active(self) -> None:
+        """Kill the active worker and promote the spare; a new spare starts in the background."""
+        assert self._active is not None
+        self._active.kill()
+        self._active = None
+        self.restarts += 1
+        self._fill()
 
     def verify(self, pred: str, golds: Sequence[str], timeout_s: float) -> tuple[bool, str | None]:
         """Whether ``pred`` equals any of ``golds`` (extracted answers), within ``timeout_s`` seconds.
 
+        The limit covers the whole call (waiting for a ready worker included), except the very first call of a
+        process, which may wait up to ``startup_timeout_s`` for the first workers to import math-verify.
+
         Returns:
-            ``(ok, error)``: ``error`` is ``None``, ``"timeout"`` (the worker was killed and is restarting)
-            or math-verify's exception text.
+            ``(ok, error)``: ``error`` is ``None``, ``"timeout"`` (the limit passed: the worker was killed and
+            the spare took over, or no worker was ready in time), ``"worker died"`` or math-verify's exception text.
+
+        Raises:
+            RuntimeError: the first worker did not start within ``startup_timeout_s`` (math-verify missing?).
         """
+        deadline = time.monotonic() + timeout_s
         with self._lock:
-            self._ensure_ready()
-            assert self._proc is not None and self._proc.stdin is not None
+            self._fill()
+            assert self._active is not None and self._spare is not None
+            if self._warm_pid != os.getpid():  # cold start: wait for both, not charged to the call
+                cold = time.monotonic() + self.startup_timeout_s
+                if not (self._active.wait_ready(cold) and self._spare.wait_ready(cold)):
+                    self._active.kill()
+                    self._spare.kill()
+                    self._active = self._spare = None
+                    raise RuntimeError(
+                        f"the math-verify worker ({_WORKER_SCRIPT}) did not start within {self.startup_timeout_s} s; "
+                        f"check that math-verify is installed for {sys.executable}"
+                    )
+                self._warm_pid = os.getpid()
+                deadline = time.monotonic() + timeout_s
+            elif not self._active.wait_ready(deadline):
+                return False, "timeout"  # still importing after back-to-back timeouts; it keeps starting
+            assert self._active.popen.stdin is not None
             try:
-                self._proc.stdin.write((json.dumps({"pred": pred, "golds": list(golds)}) + "\n").encode())
-                self._proc.stdin.flush()
+                self._active.popen.stdin.write((json.dumps({"pred": pred, "golds": list(golds)}) + "\n").encode())
+                self._active.popen.stdin.flush()
             except (BrokenPipeError, OSError):
-                self._kill()
-                self.restarts += 1
-                self._spawn()
+                self._replace_active()
                 return False, "worker died"
-            line = self._readline(time.monotonic() + timeout_s)
+            line = self._active.readline(deadline)
             if line is None:
-                self._kill()
-                self.restarts += 1
-                self._spawn()  # start the replacement now; it imports while the caller moves on
+                self._replace_active()
                 return False, "timeout"
             reply = json.loads(line)
             return bool(reply["ok"]), reply["error"]
 
     def close(self) -> None:
-        """Stop the worker (safe to call twice); a later :meth:`verify` starts a new one."""
+        """Stop the worker and its spare (safe to call twice); a later :meth:`verify` starts new ones."""
         with self._lock:
-            self._kill()
+            for proc in (self._active, self._spare):
+                if proc is not None:
+                    proc.kill()
+            self._active = self._spare = None
+            self._warm_pid = -1
 
 
 @dataclasses.dataclass

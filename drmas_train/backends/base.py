@@ -31,6 +31,7 @@ __all__ = [
     "truncate_ids",
     "render_chat",
     "find_stop",
+    "reports_tokens",
 ]
 
 #: One chat conversation: ``[{"role": "system"|"user"|"assistant", "content": str}, ...]``.
@@ -195,3 +196,16 @@ def render_chat(
 def find_stop(text: str, stop: Sequence[str]) -> bool:
     """Whether ``text`` contains any stop string."""
     return any(s in text for s in stop)
+
+
+def reports_tokens(backend: Any) -> bool:
+    """Whether ``backend.generate`` takes ``on_tokens`` (called after every decode step with the rows that got a
+    token and the tokens, as :meth:`drmas_train.backends.hf.HFBackend.generate`): what progress bars and
+    streaming servers use to show tokens while a batched call runs."""
+    import inspect
+
+    generate = getattr(backend, "generate", None)
+    try:
+        return callable(generate) and "on_tokens" in inspect.signature(generate).parameters
+    except (TypeError, ValueError):
+        return False

@@ -15,9 +15,10 @@ inverse CDF (:func:`sample_weights`) instead of a full-vocabulary cumulative sum
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -33,7 +34,14 @@ from drmas_train.backends.base import (
 from drmas_train.backends.prefill import can_stitch, prefill
 from drmas_train.logprobs import cache_kwarg
 
-__all__ = ["HFBackend", "filter_logits", "next_tokens", "sample_categorical", "sample_weights"]
+__all__ = ["HFBackend", "TokenCallback", "filter_logits", "next_tokens", "sample_categorical", "sample_weights"]
+
+#: ``on_tokens(rows, tokens)``: after each decode step, the output rows that got a token and the tokens (same length).
+TokenCallback = Callable[[list[int], list[int]], None]
+
+
+def _offset_rows(callback: TokenCallback, offset: int, rows: list[int], tokens: list[int]) -> None:
+    callback([offset + r for r in rows], tokens)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -238,17 +246,30 @@ class HFBackend:
         *,
         max_prompt_tokens: int | None = None,
         truncation: str = "left",
+        on_tokens: TokenCallback | None = None,
     ) -> list[Generation]:
         """Sample ``sampling.n`` responses per conversation; ``len(prompts) * n`` results, prompt-major.
+
+        ``on_tokens(rows, tokens)`` is called after every decode step with the output rows (indices into the
+        ``len(prompts) * n`` results) that got a token and those tokens (EOS included): for streaming servers and
+        progress bars. It must be quick and must not raise.
 
         Raises:
             PromptTooLongError: a prompt over ``max_prompt_tokens`` with ``truncation="error"``.
         """
         return self.generate_ids(
-            self.encode_prompts(prompts, max_prompt_tokens=max_prompt_tokens, truncation=truncation), sampling
+            self.encode_prompts(prompts, max_prompt_tokens=max_prompt_tokens, truncation=truncation),
+            sampling,
+            on_tokens=on_tokens,
         )
 
-    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
+    def generate_ids(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        *,
+        on_tokens: TokenCallback | None = None,
+    ) -> list[Generation]:
         """Like :meth:`generate` for prompts already tokenized (each non-empty)."""
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("every prompt must have at least one token")
@@ -261,9 +282,12 @@ class HFBackend:
         try:
             out: list[Generation] = []
             for start in range(0, len(rows), self.max_batch_size):
+                step_cb = None
+                if on_tokens is not None:
+                    step_cb = functools.partial(_offset_rows, on_tokens, start)
                 out.extend(
                     self._generate_batch(
-                        rows[start : start + self.max_batch_size], sampling, generator, device
+                        rows[start : start + self.max_batch_size], sampling, generator, device, step_cb
                     )
                 )
         finally:
@@ -272,7 +296,12 @@ class HFBackend:
 
     @torch.no_grad()
     def _generate_batch(
-        self, rows: list[list[int]], sampling: SamplingParams, generator: torch.Generator, device: Any
+        self,
+        rows: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator,
+        device: Any,
+        on_tokens: TokenCallback | None = None,
     ) -> list[Generation]:
         state = prefill(
             self.model,
@@ -300,6 +329,8 @@ class HFBackend:
         for step in range(sampling.max_new_tokens):
             tokens, token_lp = next_tokens(logits, sampling, generator)  # (b,), (b,)
             token_list, lp_list = tokens.tolist(), token_lp.tolist()
+            if on_tokens is not None:
+                on_tokens(list(live), token_list)
             for j, b in enumerate(live):
                 token = token_list[j]
                 responses[b].append(token)

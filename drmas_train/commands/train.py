@@ -2,11 +2,18 @@
 
 Without ``--config`` the bundled ``quickstart_math`` preset runs (SmolLM2-135M-Instruct as Solver and Verifier
 on reasoning-gym gsm_symbolic, Dr. MAS advantages; minutes on a laptop CPU, offline).
+
+Exit codes: 0 done; 2 a user mistake (bad config key or value, missing ``env.data`` file, unknown ``env.id``, env
+kwargs of another env, ``--resume`` without a checkpoint, ``run.dir`` holding an earlier run), one message on
+stderr and no traceback, before any model loads; 130 interrupted by Ctrl-C (after saving a checkpoint).
+A run directory that holds an earlier run is never truncated: continue it with ``--resume``, choose another
+``run.dir=...``, or delete its results with ``--overwrite``.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from drmas_train.config import DEFAULT_PRESET, ConfigError, list_presets, load_config, to_yaml
@@ -23,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", "-c", default=None, help=f"preset name or YAML path (default: {DEFAULT_PRESET})")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. run.iterations=2")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in run.dir")
+    p.add_argument("--overwrite", action="store_true",
+                   help="delete the results of an earlier run in run.dir and start again (default: refuse)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--list-presets", action="store_true", help="list the bundled presets and exit")
     return p
@@ -30,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Entry point; returns the exit code (2 for a bad config, before any model loads)."""
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # overrides may come before and after --resume etc.
     if args.list_presets:
         print("\n".join(list_presets()))
         return 0
@@ -44,11 +53,17 @@ def main(argv: list[str]) -> int:
         return 0
     from drmas_train.trainer import train
 
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # other libraries: warnings only
+    for name in ("drmas_train", "drmas_envs"):  # drmas's own messages (per-iteration summaries, resume, Ctrl-C)
+        logging.getLogger(name).setLevel(logging.INFO)
     try:
-        summary = train(cfg, resume=args.resume)
+        summary = train(cfg, resume=args.resume, overwrite=args.overwrite)
     except ConfigError as err:
         print(f"drmas train: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("drmas train: interrupted", file=sys.stderr)
+        return 130
     print(f"done in {summary['wall_time_s']:.0f}s; run dir {summary['run_dir']}")
     if summary["plot"]:
         print(f"plot: {summary['plot']}")

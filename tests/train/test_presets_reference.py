@@ -95,12 +95,12 @@ def test_missing_prepared_data_names_the_prepare_command(tmp_path, monkeypatch, 
     def loader(*_):
         raise AssertionError("a model was loaded")
 
-    with pytest.raises(ConfigError, match=r"env.data: task file 'data/drmas_math/train.jsonl' not found; it is written by: "
+    with pytest.raises(ConfigError, match=r"env.data='data/drmas_math/train.jsonl': task file 'data/drmas_math/train.jsonl' not found; it is written by: "
                                           r"drmas data prepare drmas_math --out data/drmas_math"):  # fmt: skip
         build_run(load_config("drmas_math_qwen3_4b", [f"run.dir={tmp_path / 'run'}"]), loader=loader)
     assert train_main(["--config", "drmas_search_qwen25_3b", f"run.dir={tmp_path / 'run2'}"]) == 2  # no traceback
     assert capsys.readouterr().err == (
-        "drmas train: env.kwargs.tasks: task file 'data/drmas_search/train.jsonl' not found; it is written by: "
+        "drmas train: env.kwargs.tasks='data/drmas_search/train.jsonl': task file 'data/drmas_search/train.jsonl' not found; it is written by: "
         "drmas data prepare drmas_search --out data/drmas_search (see: drmas data list)\n"
     )
 

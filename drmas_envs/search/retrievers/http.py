@@ -11,12 +11,19 @@ Protocol (one endpoint)::
              (with "return_scores": false each per-query list holds the documents themselves)
 
 Timeouts and bounded retries with exponential backoff come from httpx and tenacity. The whole ``search`` call,
-retries included, is bounded by ``timeout`` seconds; past it :class:`RetrieverUnavailableError` says which URL
+retries and backoff included, is bounded by ``timeout`` seconds of wall-clock time, however the server sends
+its reply: httpx's own timeouts are per network operation, so a server trickling one byte every 0.5 s would hold
+a call for minutes. Each attempt therefore streams the reply in a helper thread that checks the deadline after
+every chunk, and the caller waits for it no longer than the deadline (a late attempt is abandoned: its thread
+ends at its next chunk or read timeout). Past the deadline :class:`RetrieverUnavailableError` says which URL
 failed, how, and how to start a server.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -75,21 +82,49 @@ class HTTPRetriever:
         self._client = httpx.Client(trust_env=False)
 
     def _post(self, payload: dict[str, Any], deadline: float) -> Any:
+        """One attempt, bounded by ``deadline`` (time.monotonic) however slowly the server sends its reply."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise _Retryable(httpx.TimeoutException("deadline reached before the request"))
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        threading.Thread(target=self._attempt, args=(payload, deadline, future), daemon=True,
+                         name="drmas-http-retriever").start()  # fmt: skip
         try:
-            resp = self._client.post(self.url, json=payload, timeout=remaining)
+            return future.result(timeout=remaining)
+        except concurrent.futures.TimeoutError:
+            raise _Retryable(httpx.TimeoutException(
+                f"no complete reply within the {self.timeout:g} s deadline (server too slow or trickling bytes)"
+            )) from None  # fmt: skip
+
+    def _attempt(self, payload: dict[str, Any], deadline: float, future: concurrent.futures.Future[Any]) -> None:
+        """Runs in a helper thread: POST, stream the reply checking ``deadline`` per chunk, set ``future``."""
+        try:
+            future.set_result(self._read_reply(payload, deadline))
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            future.set_exception(err)
+
+    def _read_reply(self, payload: dict[str, Any], deadline: float) -> Any:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Retryable(httpx.TimeoutException("deadline reached before the request"))
+        body = bytearray()
+        try:
+            with self._client.stream("POST", self.url, json=payload, timeout=remaining) as resp:
+                for chunk in resp.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout(f"reply still incomplete at the {self.timeout:g} s deadline")
         except httpx.TransportError as e:  # connect refused, timeouts, resets
             raise _Retryable(e) from e
+        text = body.decode("utf-8", errors="replace")
         if resp.status_code >= 500:
-            raise _Retryable(RetrieverError(f"HTTP {resp.status_code}: {resp.text[:200]}"))
+            raise _Retryable(RetrieverError(f"HTTP {resp.status_code}: {text[:200]}"))
         if resp.status_code != 200:
-            raise RetrieverError(f"retrieval server at {self.url} answered HTTP {resp.status_code}: {resp.text[:300]}")
+            raise RetrieverError(f"retrieval server at {self.url} answered HTTP {resp.status_code}: {text[:300]}")
         try:
-            return resp.json()
+            return json.loads(body)
         except ValueError as e:
-            raise RetrieverError(f"retrieval server at {self.url} sent non-JSON: {resp.text[:200]!r}") from e
+            raise RetrieverError(f"retrieval server at {self.url} sent non-JSON: {text[:200]!r}") from e
 
     def search(self, queries: Sequence[str], topk: int) -> list[list[Passage]]:
         """POST the batch; per query the server's ranked passages.

@@ -1,0 +1,95 @@
+"""The training run's tasks and env, built from the config with every user mistake turned into one clear message.
+
+A missing ``env.data`` file, an ``env.id`` typo, or env kwargs that belong to another env (switching ``env.id`` on
+top of a preset written for a different env) are user mistakes: each becomes a
+:class:`~drmas_train.config.ConfigError` naming the config key, what was wrong and what is accepted, raised
+before any model loads (``drmas train`` exits 2 on it, without a traceback).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from drmas_train.config import ConfigError, TrainConfig, presets_for_env
+
+__all__ = ["load_env_tasks", "make_probe_env"]
+
+DATA_FORMS = ("a JSONL/JSON/Parquet file path, 'reasoning_gym:<dataset>' (e.g. reasoning_gym:gsm_symbolic), "
+               "'hf:<id>[:<config>][@<split>]', or null for the env's own tasks")  # fmt: skip
+
+
+def load_env_tasks(cfg: TrainConfig, spec: str | None = None, *, key: str = "env.data", seed: int | None = None) -> Any:
+    """The task source of ``spec`` (default ``cfg.env.data``), or None when it is null.
+
+    Raises:
+        ConfigError: the file does not exist, the spec has no accepted form, or the data set is unknown / broken;
+            the message names ``key`` and lists the accepted forms.
+    """
+    from drmas_envs.data.load import load_tasks
+
+    spec = cfg.env.data if spec is None and key == "env.data" else spec
+    if not spec:
+        return None
+    try:
+        return load_tasks(spec, seed=cfg.seed if seed is None else seed)
+    except FileNotFoundError as err:
+        raise ConfigError(f"{key}={spec!r}: {err}. Accepted: {DATA_FORMS}") from None
+    except (ValueError, TypeError, ImportError, OSError) as err:
+        raise ConfigError(f"{key}={spec!r}: {err}") from None
+
+
+def _accepted_kwargs(env_id: str) -> set[str] | None:
+    import drmas_envs
+
+    try:
+        params = inspect.signature(drmas_envs.spec(env_id).load()).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return set(params)
+
+
+def _preset_hint(env_id: str) -> str:
+    presets = presets_for_env(env_id)
+    if not presets:
+        return f" Set env.kwargs for {env_id!r} yourself (drmas envs lists every env's arguments)."
+    return f" Start from a preset written for {env_id!r}: --config {presets[0]} (all: {', '.join(presets)})."
+
+
+def make_probe_env(cfg: TrainConfig, env_fn: Callable[[], Any]) -> Any:
+    """Build one env with ``env_fn`` (``drmas_envs.make(cfg.env.id, data=..., **cfg.env.kwargs)``).
+
+    Raises:
+        ConfigError: ``env.id`` is not registered (with the closest ids); ``env.data`` or ``env.kwargs`` keys
+            that the env does not take (naming them, the env's accepted arguments and its presets); or the env's
+            own rejection of a value.
+    """
+    import drmas_envs
+    from drmas_envs.registration import RegistrationError, UnknownKwargError
+
+    env_id = cfg.env.id
+    try:
+        drmas_envs.spec(env_id)
+    except RegistrationError as err:
+        raise ConfigError(f"env.id={env_id!r}: {err}") from None
+    accepted = _accepted_kwargs(env_id)
+    if accepted is not None:
+        given = list(cfg.env.kwargs) + (["data"] if cfg.env.data else [])
+        foreign = [k for k in given if k not in accepted]
+        if foreign:
+            keys = ", ".join("env.data" if k == "data" else f"env.kwargs.{k}" for k in foreign)
+            takes = ", ".join(sorted(accepted - {"render_mode"}))
+            data_note = "" if "data" in accepted else " (it reads its tasks from env.kwargs, so set env.data=null)"
+            raise ConfigError(
+                f"env.id={env_id!r} does not take {keys} (left from a config written for another env?); "
+                f"it takes: {takes}{data_note}.{_preset_hint(env_id)}"
+            )
+    try:
+        return env_fn()
+    except UnknownKwargError as err:
+        raise ConfigError(f"env.kwargs: {err}.{_preset_hint(env_id)}") from None
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        raise ConfigError(f"env {env_id!r} rejected its config (env.data / env.kwargs): {err}") from None
