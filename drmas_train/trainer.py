@@ -37,6 +37,7 @@ class RunState:
     sampler: Any  # TaskSampler
     logger: Any  # MetricsLogger
     start_iteration: int = 0
+    updater: Any = None  # LocalUpdater (default) or distributed.RayUpdater: .update / .save / .load / .close
 
 
 def model_specs(cfg: TrainConfig) -> dict[str, Any]:
@@ -72,10 +73,11 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     import drmas_envs
     from drmas_envs.data.load import load_tasks
     from drmas_train.assignment import build_models, make_backend
-    from drmas_train.checkpoint import latest_checkpoint, load_checkpoint
+    from drmas_train.checkpoint import latest_checkpoint
     from drmas_train.metrics_log import MetricsLogger
     from drmas_train.optim import build_optimizer
     from drmas_train.task_sampler import TaskSampler
+    from drmas_train.updater import LocalUpdater
 
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
@@ -108,36 +110,43 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
         **({"loader": loader} if loader is not None else {}),
     )
     optimizers, ref_models = {}, {}
-    for model_id, loaded in pool.models.items():
-        if not loaded.spec.trainable:
-            continue
-        o = cfg.optim
-        optimizers[model_id] = build_optimizer(
-            model_id, loaded.model, lr=loaded.spec.optimizer.get("lr", o.lr),
-            weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
-            warmup_steps=o.warmup_steps, grad_clip=o.grad_clip,
-        )  # fmt: skip
-        if cfg.algorithm.kl_coef:
-            import copy
+    if cfg.distributed.enabled:  # the trainable models train and sample on Ray worker groups
+        from drmas_train.distributed.updater import RayUpdater
 
-            ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
-    if not optimizers:
-        raise ConfigError("no trainable model: set trainable: true on at least one model")
+        trainable = [mid for mid, loaded in pool.models.items() if loaded.spec.trainable]
+        if not trainable:
+            raise ConfigError("no trainable model: set trainable: true on at least one model")
+        updater: Any = RayUpdater.build(cfg, pool, trainable, **({"loader": loader} if loader is not None else {}))
+    else:
+        for model_id, loaded in pool.models.items():
+            if not loaded.spec.trainable:
+                continue
+            o = cfg.optim
+            optimizers[model_id] = build_optimizer(
+                model_id, loaded.model, lr=loaded.spec.optimizer.get("lr", o.lr),
+                weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
+                warmup_steps=o.warmup_steps, grad_clip=o.grad_clip,
+            )  # fmt: skip
+            if cfg.algorithm.kl_coef:
+                import copy
+
+                ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
+        if not optimizers:
+            raise ConfigError("no trainable model: set trainable: true on at least one model")
+        updater = LocalUpdater(cfg, pool, optimizers, ref_models)
     sampler = TaskSampler(len(tasks), cfg.rollout.batch_size, seed=cfg.seed)
     start = 0
     if resume:
         ckpt = latest_checkpoint(run_dir / "checkpoints")
         if ckpt is None:
+            updater.close()
             raise ConfigError(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; run without --resume first")
-        models = {mid: pool.models[mid].model for mid in optimizers}
-        state = load_checkpoint(ckpt, models=models, optimizers=optimizers)
+        state = updater.load(ckpt)
         sampler.load_state_dict(state["sampler"])
         start = int(state["iteration"])
-        for mid, loaded in pool.models.items():
-            pool.backends[mid].sync_weights(loaded.model)
     logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, logger, start)
+    return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, logger, start, updater)
 
 
 def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
@@ -155,24 +164,9 @@ def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
 
 
 def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
-    """One PPO update per trainable model on its own agents' samples; pushes the new weights to the backend."""
-    from drmas_train.losses import PolicyLossConfig
-    from drmas_train.update import ppo_update
-
-    a, metrics = run.cfg.algorithm, {}
-    loss_cfg = PolicyLossConfig(a.clip_low, a.clip_high, a.dual_clip_c, a.loss_agg, a.kl_coef, a.kl_estimator, a.entropy_coef)
-    for model_id, opt in run.optimizers.items():
-        idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
-        loaded = run.pool.models[model_id]
-        out = ppo_update(
-            loaded.model, opt, [samples[i] for i in idx], adv[idx], loss_cfg=loss_cfg,
-            pad_token_id=loaded.tokenizer.pad_token_id, temperature=run.cfg.rollout.temperature,
-            ppo_epochs=a.ppo_epochs, mini_batches=a.mini_batches, micro_batch_tokens=run.cfg.optim.micro_batch_tokens,
-            ref_model=run.ref_models.get(model_id), seed=seed,
-        )  # fmt: skip
-        run.pool.backends[model_id].sync_weights(loaded.model)
-        metrics.update({f"loss/{model_id}/{k}": v for k, v in out.items()})
-    return metrics
+    """One PPO update per trainable model on its own agents' samples (``run.updater``); the new weights reach
+    the backends."""
+    return run.updater.update(samples, adv, seed)
 
 
 def _validate(run: RunState, iteration: int) -> dict[str, float]:
@@ -193,11 +187,8 @@ def _validate(run: RunState, iteration: int) -> dict[str, float]:
 
 
 def _save(run: RunState, iteration: int) -> Path:
-    from drmas_train.checkpoint import save_checkpoint
-
-    models = {mid: (run.pool.models[mid].model, run.pool.models[mid].tokenizer) for mid in run.optimizers}
-    return save_checkpoint(run.run_dir / "checkpoints", iteration, models=models, optimizers=run.optimizers,
-                           sampler_state=run.sampler.state_dict(), config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints)  # fmt: skip
+    return run.updater.save(run.run_dir / "checkpoints", iteration, sampler_state=run.sampler.state_dict(),
+                            config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints)  # fmt: skip
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict[str, Any]:
@@ -219,29 +210,32 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
     r, ckpt, metrics = cfg.rollout, None, {}
     bar = tqdm(range(run.start_iteration, cfg.run.iterations), desc="train", unit="iter", disable=not cfg.run.progress,
                initial=run.start_iteration, total=cfg.run.iterations)  # fmt: skip
-    for it in bar:
-        seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
-        t0 = time.perf_counter()
-        tasks = [run.tasks[i] for i in run.sampler.next_batch()]
-        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
-        result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
-                         max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
-        if cfg.run.save_samples:
-            save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
-        t1 = time.perf_counter()
-        adv = compute_advantages(cfg, result.samples)  # (B,)
-        metrics = batch_metrics(result.samples, adv)
-        metrics.update(_update_models(run, result.samples, adv, seed))
-        t2 = time.perf_counter()
-        if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
-            metrics.update(_validate(run, it + 1))
-        t3 = time.perf_counter()
-        metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
-                        "perf/generate_s": result.timing.get("generate", 0.0), "perf/iteration_s": t3 - t0})  # fmt: skip
-        run.logger.log(it + 1, metrics)
-        bar.write(_summary_line(it + 1, metrics))
-        if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
-            ckpt = _save(run, it + 1)
+    try:
+        for it in bar:
+            seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
+            t0 = time.perf_counter()
+            tasks = [run.tasks[i] for i in run.sampler.next_batch()]
+            sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+            result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
+                             max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
+            if cfg.run.save_samples:
+                save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
+            t1 = time.perf_counter()
+            adv = compute_advantages(cfg, result.samples)  # (B,)
+            metrics = batch_metrics(result.samples, adv)
+            metrics.update(_update_models(run, result.samples, adv, seed))
+            t2 = time.perf_counter()
+            if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
+                metrics.update(_validate(run, it + 1))
+            t3 = time.perf_counter()
+            metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
+                            "perf/generate_s": result.timing.get("generate", 0.0), "perf/iteration_s": t3 - t0})  # fmt: skip
+            run.logger.log(it + 1, metrics)
+            bar.write(_summary_line(it + 1, metrics))
+            if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
+                ckpt = _save(run, it + 1)
+    finally:
+        run.updater.close()
     bar.close()
     run.logger.close()
     plot = plot_run(run.logger.path, run.run_dir / "training_curves.png") if cfg.run.plot and run.logger.path.is_file() else None
