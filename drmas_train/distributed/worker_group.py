@@ -62,6 +62,7 @@ class WorkerGroup:
         import ray
 
         self.model_id, self.max_restarts, self.restarts = model_id, int(max_restarts), 0
+        self.restart_timeout_s = 300.0  # how long a restarting generation worker may take to come back
         self.world_size = len(bundles)
         use_gpu = pool.gpus > 0
         train_cls, gen_cls = ray.remote(TrainWorker), ray.remote(GenerationWorker)
@@ -121,16 +122,24 @@ class WorkerGroup:
             self._push(w)
 
     def _push(self, w: int) -> None:
-        """Give worker ``w`` the current weights, waiting through (bounded) restarts."""
-        import ray
-        from ray.exceptions import RayActorError
+        """Give worker ``w`` the current weights, waiting (up to ``restart_timeout_s``) while Ray restarts it.
 
-        while True:
-            try:
-                ray.get(self.generators[w].load_weights.remote(self.weights_ref, self.version))
-                return
-            except RayActorError as err:
-                self._count_restart(w, err)
+        Raises:
+            DistributedError: the worker is dead for good (Ray's ``max_restarts`` spent) or never came back.
+        """
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError
+        from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+        try:
+            for attempt in Retrying(retry=retry_if_exception_type(ActorUnavailableError), stop=stop_after_delay(self.restart_timeout_s),
+                                    wait=wait_exponential(multiplier=0.1, max=2.0)):  # fmt: skip
+                with attempt:
+                    ray.get(self.generators[w].load_weights.remote(self.weights_ref, self.version))
+        except (RayActorError, RetryError) as err:
+            raise DistributedError(
+                f"generation worker {w} of model {self.model_id!r} is gone (dead after Ray's max_restarts="
+                f"{self.max_restarts}, or not back within {self.restart_timeout_s:.0f} s): {err}") from err  # fmt: skip
 
     def _count_restart(self, w: int, err: BaseException) -> None:
         self.restarts += 1
@@ -160,8 +169,8 @@ class WorkerGroup:
             try:
                 results[i] = ray.get(done[0])
                 continue
-            except (RayActorError, StaleWeightsError) as err:  # died mid-call, or restarted with old weights
-                self._count_restart(i, err)
+            except (RayActorError, StaleWeightsError) as err:  # died mid-call, or came back with old weights
+                self._count_restart(i, err)  # one per death: waiting through the restart is _push's job
             self._push(i)
             pending[self.generators[i].generate_ids.remote(chunks[i], params[i], self.version)] = i
         return [g for i in range(len(chunks)) for g in results[i]]
