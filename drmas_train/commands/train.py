@@ -42,6 +42,7 @@ def main(argv: list[str]) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
+    from drmas_train.distributed.cluster import DistributedError
     from drmas_train.trainer import train
 
     try:
@@ -49,6 +50,9 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"drmas train: {err}", file=sys.stderr)
         return 2
+    except DistributedError as err:  # a worker group failed for good: the message names the model and what to do
+        print(f"drmas train: {err}", file=sys.stderr)
+        return 1
     print(f"done in {summary['wall_time_s']:.0f}s; run dir {summary['run_dir']}")
     if summary["plot"]:
         print(f"plot: {summary['plot']}")
