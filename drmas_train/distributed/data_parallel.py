@@ -38,13 +38,21 @@ STRATEGIES = ("auto", "fsdp2", "ddp")
 
 
 def resolve_strategy(strategy: str, device_type: str) -> str:
-    """``auto`` -> ``fsdp2`` (on CPU/gloo and CUDA/NCCL alike with torch 2.13); others pass through.
+    """``auto`` -> ``fsdp2`` on CPU/gloo and CUDA/NCCL alike (torch >= 2.6 exports ``fully_shard``; checked on
+    CPU with torch 2.13), else ``ddp``; ``fsdp2`` / ``ddp`` pass through. ``device_type`` is ``cpu`` or ``cuda``.
 
     Raises:
-        ValueError: an unknown strategy.
+        ValueError: an unknown strategy, or ``fsdp2`` on a torch without ``fully_shard``.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown distributed strategy {strategy!r}; accepted: {list(STRATEGIES)}")
+    try:
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError:
+        if strategy == "fsdp2":
+            raise ValueError(f"distributed.strategy=fsdp2 needs torch >= 2.6 (fully_shard); this is {torch.__version__}; "
+                             "use ddp") from None  # fmt: skip
+        return "ddp"
     return "fsdp2" if strategy == "auto" else strategy
 
 
