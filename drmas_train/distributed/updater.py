@@ -45,6 +45,7 @@ class RayUpdater:
     def __init__(self, cfg: TrainConfig, pool: Any, groups: dict[str, WorkerGroup], resources: ResourcePool,
                  *, owns_ray: bool = False) -> None:  # fmt: skip
         self.cfg, self.pool, self.groups, self.resources, self.owns_ray = cfg, pool, groups, resources, owns_ray
+        self.last_checkpoint: Path | None = None  # the latest complete checkpoint written or loaded by this run
 
     @classmethod
     def build(cls, cfg: TrainConfig, pool: Any, model_ids: list[str], *, loader: Any = None,
@@ -109,7 +110,12 @@ class RayUpdater:
         metrics, kwargs = {}, update_kwargs(self.cfg)
         for model_id, group in self.groups.items():
             idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
-            out = group.update([samples[i] for i in idx], adv[idx], seed, kwargs)
+            try:
+                out = group.update([samples[i] for i in idx], adv[idx], seed, kwargs)
+            except DistributedError as err:
+                where = (f"the latest complete checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
+                         "no checkpoint was written yet (set run.save_every to checkpoint more often)")  # fmt: skip
+                raise DistributedError(f"{err}; {where}") from err
             metrics.update({f"loss/{model_id}/{k}": v for k, v in out.items()})
         return metrics
 
@@ -128,8 +134,9 @@ class RayUpdater:
             for mid, group in self.groups.items():
                 group.save(tmp / "sharded" / mid)
 
-        return save_checkpoint(ckpt_root, iteration, models=models, optimizers={}, sampler_state=sampler_state,
-                               config_yaml=config_yaml, keep=keep, write_extra=write_sharded)  # fmt: skip
+        self.last_checkpoint = save_checkpoint(ckpt_root, iteration, models=models, optimizers={}, sampler_state=sampler_state,
+                                               config_yaml=config_yaml, keep=keep, write_extra=write_sharded)  # fmt: skip
+        return self.last_checkpoint
 
     def load(self, path: Path) -> dict[str, Any]:
         """Restore every group from ``path/sharded/<model_id>`` (and the driver copies, RNG states).
@@ -147,6 +154,7 @@ class RayUpdater:
         state = load_checkpoint(path, models={mid: self.pool.models[mid].model for mid in self.groups}, optimizers={})
         for mid, group in self.groups.items():
             group.load(path / "sharded" / mid)
+        self.last_checkpoint = path
         return state
 
     def close(self) -> None:

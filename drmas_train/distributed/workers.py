@@ -124,6 +124,10 @@ class TrainWorker:
         self.opt.scheduler.load_state_dict(extra["scheduler"])
         self.opt.skipped_steps = int(extra["skipped_steps"])
 
+    def pid(self) -> int:
+        """The rank's process id (tests kill it)."""
+        return os.getpid()
+
     def shutdown(self) -> None:
         import torch.distributed as dist
 

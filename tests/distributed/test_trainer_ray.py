@@ -103,3 +103,19 @@ def test_killed_generation_worker_is_restarted_and_calls_reissued(runs):
     assert sorted((s.traj_uid, s.agent_id) for s in got) == sorted({(s.traj_uid, s.agent_id) for s in got})
     _assert_same(got, _greedy(local, seed=11))  # re-issued with the same seed and the current weights
     assert killer.killed_pid not in group.generator_pids()  # worker 1 is a new process
+
+
+def test_dead_training_rank_stops_with_a_clear_error(runs):
+    """Runs last in this module: it leaves the group without rank 1 (the fixture then closes it)."""
+    import ray
+
+    from drmas_train.distributed.cluster import DistributedError
+
+    local, dist = runs
+    group = dist.pool.backends["m"].group
+    os.kill(ray.get(group.trainers[1].pid.remote()), signal.SIGKILL)
+    samples = _greedy(dist, seed=5)  # generation workers are separate actors: still fine
+    with pytest.raises(DistributedError, match=r"(?s)a training rank of model 'm' died during the update; the step is lost\. "
+                       r"Resume from the latest complete checkpoint with `drmas train --resume` .*; no checkpoint was "
+                       r"written yet \(set run.save_every"):  # fmt: skip
+        dist.updater.update(samples, np.ones(len(samples)), 0)
