@@ -52,7 +52,7 @@ def _measure(run, args, fixed_samples=None) -> tuple[dict, list]:
     for k in range(args.repeats):
         t0 = time.perf_counter()
         result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=args.seed + k,
-                         max_prompt_tokens=r.max_prompt_tokens)  # fmt: skip
+                         max_prompt_tokens=r.max_prompt_tokens, progress=False)  # fmt: skip
         roll.append(time.perf_counter() - t0)
         calls, tokens = len(result.samples), sum(len(s.response_ids) for s in result.samples)
         samples = samples or result.samples  # every setup updates on the first setup's samples: equal work
