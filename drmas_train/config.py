@@ -241,7 +241,8 @@ class DistributedConfig:
     """``auto`` | ``fsdp2`` | ``ddp``; auto = FSDP2 ``fully_shard`` (works on CUDA/NCCL and, with torch >= 2.6,
     on CPU/gloo)."""
     max_restarts: int = 2
-    """bounded restarts of a generation worker (Ray ``max_restarts``); its owed calls are re-issued."""
+    """bounded restarts per run: of generation workers (Ray ``max_restarts``; their owed calls are re-issued) and
+    of training groups (rebuilt from the latest checkpoint, the trainer replays from it)."""
     dashboard: bool = False
     """start the Ray dashboard with a local Ray."""
 

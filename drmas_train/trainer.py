@@ -202,16 +202,17 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
     from tqdm.auto import tqdm
 
     from drmas_train.backends.base import SamplingParams
+    from drmas_train.distributed.cluster import DistributedError
     from drmas_train.metrics_log import batch_metrics, plot_run
     from drmas_train.rollout import rollout, save_samples
 
     t_start = time.perf_counter()
     run = build_run(cfg, resume=resume, loader=loader)
     r, ckpt, metrics = cfg.rollout, None, {}
-    bar = tqdm(range(run.start_iteration, cfg.run.iterations), desc="train", unit="iter", disable=not cfg.run.progress,
-               initial=run.start_iteration, total=cfg.run.iterations)  # fmt: skip
+    bar = tqdm(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
+    it = run.start_iteration
     try:
-        for it in bar:
+        while it < cfg.run.iterations:
             seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
             t0 = time.perf_counter()
             tasks = [run.tasks[i] for i in run.sampler.next_batch()]
@@ -223,7 +224,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
             t1 = time.perf_counter()
             adv = compute_advantages(cfg, result.samples)  # (B,)
             metrics = batch_metrics(result.samples, adv)
-            metrics.update(_update_models(run, result.samples, adv, seed))
+            try:
+                metrics.update(_update_models(run, result.samples, adv, seed))
+            except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
+                it = _rewind(run, run.updater.recover(err))
+                bar.write(f"training rank lost: {err}\nrestarted from checkpoint iteration {it}")
+                bar.n = it
+                continue
             t2 = time.perf_counter()
             if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
                 metrics.update(_validate(run, it + 1))
@@ -234,6 +241,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
             bar.write(_summary_line(it + 1, metrics))
             if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
                 ckpt = _save(run, it + 1)
+            it += 1
+            bar.update(1)
     finally:
         run.updater.close()
     bar.close()
@@ -244,6 +253,17 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> dict
                "wall_time_s": time.perf_counter() - t_start}  # fmt: skip
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def _rewind(run: RunState, state: dict[str, Any]) -> int:
+    """Put the sampler and the metrics log back to a checkpoint's trainer state; returns its iteration."""
+    from drmas_train.metrics_log import MetricsLogger
+
+    it = int(state["iteration"])
+    run.sampler.load_state_dict(state["sampler"])
+    run.logger.close()
+    run.logger = MetricsLogger(run.run_dir, tensorboard=run.cfg.run.tensorboard, truncate_after=it)
+    return it
 
 
 def _summary_line(iteration: int, m: dict[str, float]) -> str:

@@ -7,6 +7,7 @@ same three methods and runs the update on each model's Ray worker group. The tra
     metrics = updater.update(samples, advantages, seed)    # {"loss/<model_id>/<metric>": value}
     path = updater.save(ckpt_root, iteration, sampler_state=..., config_yaml=..., keep=...)
     state = updater.load(checkpoint_dir)                    # {"iteration", "sampler", "rng", "extra"}
+    state = updater.recover(err)    # after a DistributedError from update: restored state to rewind to, or raise
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ class LocalUpdater:
         for mid, loaded in self.pool.models.items():
             self.pool.backends[mid].sync_weights(loaded.model)
         return state
+
+    def recover(self, err: Exception) -> dict[str, Any]:
+        """Nothing to recover in-process: re-raises ``err``."""
+        raise err
 
     def close(self) -> None:
         """Nothing to release in-process."""

@@ -43,9 +43,12 @@ class RayUpdater:
     """
 
     def __init__(self, cfg: TrainConfig, pool: Any, groups: dict[str, WorkerGroup], resources: ResourcePool,
-                 *, owns_ray: bool = False) -> None:  # fmt: skip
+                 *, owns_ray: bool = False, group_args: dict[str, tuple[tuple, dict]] | None = None) -> None:  # fmt: skip
         self.cfg, self.pool, self.groups, self.resources, self.owns_ray = cfg, pool, groups, resources, owns_ray
+        self.group_args = dict(group_args or {})  # model_id -> WorkerGroup (args, kwargs), to rebuild a group
         self.last_checkpoint: Path | None = None  # the latest complete checkpoint written or loaded by this run
+        self.training_restarts = 0  # training groups rebuilt from a checkpoint (at most distributed.max_restarts)
+        self._failed: str | None = None  # model whose training rank died in the last update
 
     @classmethod
     def build(cls, cfg: TrainConfig, pool: Any, model_ids: list[str], *, loader: Any = None,
@@ -75,23 +78,24 @@ class RayUpdater:
         rpool = ResourcePool(need, cpus_per_bundle=d.cpus_per_worker, gpus_per_bundle=1 if d.devices_per_node else 0)
         share = 2 * len(model_ids) if d.colocate else 2
         groups: dict[str, WorkerGroup] = {}
+        group_args: dict[str, tuple[tuple, dict]] = {}
         o = cfg.optim
         try:
             for mid in model_ids:
                 spec = pool.models[mid].spec
                 optim_kwargs = {"lr": spec.optimizer.get("lr", o.lr), "weight_decay": spec.optimizer.get("weight_decay", o.weight_decay),
                                 "betas": o.betas, "warmup_steps": o.warmup_steps, "grad_clip": o.grad_clip}  # fmt: skip
-                groups[mid] = WorkerGroup(
-                    mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate), share=share, loader=loader,
-                    optim_kwargs=optim_kwargs, kl=bool(cfg.algorithm.kl_coef), strategy=d.strategy,
-                    threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
-                )  # fmt: skip
+                group_args[mid] = ((mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate)), dict(
+                    share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(cfg.algorithm.kl_coef),
+                    strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
+                ))  # fmt: skip
+                groups[mid] = WorkerGroup(*group_args[mid][0], **group_args[mid][1])
                 pool.backends[mid] = RayBackend(groups[mid], pool.models[mid].tokenizer,
                                                 chat_template_kwargs=spec.chat_template_kwargs)  # fmt: skip
         except BaseException:
             cls(cfg, pool, groups, rpool, owns_ray=owns).close()
             raise
-        return cls(cfg, pool, groups, rpool, owns_ray=owns)
+        return cls(cfg, pool, groups, rpool, owns_ray=owns, group_args=group_args)
 
     @property
     def model_ids(self) -> list[str]:
@@ -113,6 +117,7 @@ class RayUpdater:
             try:
                 out = group.update([samples[i] for i in idx], adv[idx], seed, kwargs)
             except DistributedError as err:
+                self._failed = model_id
                 where = (f"the latest complete checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
                          "no checkpoint was written yet (set run.save_every to checkpoint more often)")  # fmt: skip
                 raise DistributedError(f"{err}; {where}") from err
@@ -156,6 +161,27 @@ class RayUpdater:
             group.load(path / "sharded" / mid)
         self.last_checkpoint = path
         return state
+
+    def recover(self, err: DistributedError) -> dict[str, Any]:
+        """After a training rank died in :meth:`update`: rebuild that model's group on its bundles and restore
+        every group (and the driver copies, RNG states) from the latest complete checkpoint.
+
+        Returns:
+            the checkpoint's trainer state (``{"iteration", "sampler", ...}``): the trainer rewinds to it.
+
+        Raises:
+            DistributedError: ``err`` again when there is no checkpoint yet, no training rank failed, or
+                ``distributed.max_restarts`` groups were already rebuilt in this run.
+        """
+        if self._failed is None or self.last_checkpoint is None or self.training_restarts >= self.cfg.distributed.max_restarts:
+            raise err
+        mid, self._failed = self._failed, None
+        self.training_restarts += 1
+        self.groups[mid].close()
+        args, kwargs = self.group_args[mid]
+        self.groups[mid] = WorkerGroup(*args, **kwargs)
+        self.pool.backends[mid].group = self.groups[mid]
+        return self.load(self.last_checkpoint)
 
     def close(self) -> None:
         """Stop the worker groups, free the pool, and stop Ray if this updater started it."""

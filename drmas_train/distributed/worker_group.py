@@ -12,8 +12,8 @@ generation workers, one of each per bundle of the resource pool.
   with its initial weights) is re-issued after the current weights are pushed again — with the same seed, so
   the rows come back exactly once and as they would have without the fault. More failures than
   ``max_restarts`` raise :class:`~drmas_train.distributed.cluster.DistributedError`. Training ranks are not
-  restarted: a dead rank ends the step with a :class:`DistributedError` naming the model, the rank and the
-  latest checkpoint to ``--resume`` from.
+  restarted by Ray: a dead rank ends the step with a :class:`DistributedError`; the updater
+  (:meth:`~drmas_train.distributed.updater.RayUpdater.recover`) rebuilds the group from the latest checkpoint.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """(c) Two non-sharing models on one shared (colocated) pool train in the same iteration, through ``train``;
-the run's checkpoint holds each model's sharded state and HF weights, and ``--resume`` continues from it."""
+the run's checkpoint holds each model's sharded state and HF weights, ``--resume`` continues from it, and a
+training rank killed in the resumed run's update is rebuilt from that checkpoint and the iteration replayed."""
 
 from __future__ import annotations
 
 import torch
 from tiny_rl import tiny_config, tiny_loader
 
+import drmas_train.trainer as trainer_module
 from drmas_train.checkpoint import load_weights
 from drmas_train.models import ModelSpec
 from drmas_train.trainer import train
@@ -14,7 +16,10 @@ TWO_MODELS = ("models.m2.name_or_path=tiny", "agents.b=m2", "distributed.enabled
               "distributed.world_size.m=1", "distributed.world_size.m2=1", "run.iterations=2", "rollout.group_size=4")  # fmt: skip
 
 
-def test_two_models_train_on_one_shared_pool(ray_cluster, tmp_path):
+def test_two_models_train_on_one_shared_pool(ray_cluster, tmp_path, monkeypatch):
+    import os
+    import signal
+
     import ray
 
     run_dir = tmp_path / "run"
@@ -35,8 +40,19 @@ def test_two_models_train_on_one_shared_pool(ray_cluster, tmp_path):
     assert ray.is_initialized()
     assert all(pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
 
+    update, seen = trainer_module._update_models, []
+
+    def kill_then_update(run, samples, adv, seed):  # the 1st update after the resume loses m2's rank 0
+        seen.append((seed, run.updater))
+        if len(seen) == 1:
+            os.kill(ray.get(run.updater.groups["m2"].trainers[0].pid.remote()), signal.SIGKILL)
+        return update(run, samples, adv, seed)
+
+    monkeypatch.setattr(trainer_module, "_update_models", kill_then_update)
     resumed = train(tiny_config(run_dir, *TWO_MODELS, "run.iterations=3"), resume=True, loader=tiny_loader)
     assert resumed["checkpoint"].endswith("iter_000003")
+    assert [s for s, _ in seen] == [seen[0][0]] * 2  # iteration 3 ran again, with the same seed
+    assert seen[0][1].training_restarts == 1
     rows = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 3  # iterations 1, 2 and the resumed 3rd
     sd = torch.load(run_dir / "checkpoints" / "iter_000003" / "trainer_state.pt", weights_only=False)
