@@ -18,12 +18,12 @@ TRAIN_TESTS = str(Path(__file__).resolve().parent.parent / "train")
 if TRAIN_TESTS not in sys.path:
     sys.path.insert(0, TRAIN_TESTS)
 
-ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray (4 logical CPUs, no dashboard), shut down after the distributed tests."""
+    ray = pytest.importorskip("ray")
     from drmas_train.distributed.cluster import init_ray
 
     os.environ["PYTHONPATH"] = os.pathsep.join([TRAIN_TESTS, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)

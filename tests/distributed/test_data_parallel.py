@@ -23,6 +23,8 @@ from drmas_train.models import ModelSpec
 from drmas_train.optim import build_optimizer
 from drmas_train.update import ppo_update
 
+pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
+
 OPTIM = {"lr": 1e-2, "weight_decay": 0.0}
 KWARGS = {"loss_cfg": PolicyLossConfig(), "temperature": 1.0, "ppo_epochs": 1, "mini_batches": 2, "micro_batch_tokens": 12}
 ADV = np.array([1.0, -0.5, 0.3, -1.2, 0.8, 0.0, 0.4, -0.9])

@@ -4,6 +4,7 @@ training rank killed in the resumed run's update is rebuilt from that checkpoint
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tiny_rl import tiny_config, tiny_loader
 
@@ -11,6 +12,8 @@ import drmas_train.trainer as trainer_module
 from drmas_train.checkpoint import load_weights
 from drmas_train.models import ModelSpec
 from drmas_train.trainer import train
+
+pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 
 TWO_MODELS = ("models.m2.name_or_path=tiny", "agents.b=m2", "distributed.enabled=true", "distributed.colocate=true",
               "distributed.world_size.m=1", "distributed.world_size.m2=1", "run.iterations=2", "rollout.group_size=4")  # fmt: skip

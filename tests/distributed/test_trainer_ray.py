@@ -16,6 +16,8 @@ from drmas_train.backends.base import SamplingParams
 from drmas_train.rollout import rollout
 from drmas_train.trainer import build_run, compute_advantages
 
+pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
+
 GREEDY = SamplingParams(temperature=0, max_new_tokens=4)
 
 
