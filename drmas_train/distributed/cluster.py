@@ -39,13 +39,12 @@ def init_ray(
     except ImportError as err:  # pragma: no cover - ray is in the train extra
         raise DistributedError("distributed.enabled needs ray: pip install 'drmas[train]' (ray>=2.50)") from err
     if not ray.is_initialized():
-        # workers import drmas (and test helpers) from the driver's working directory and PYTHONPATH
-        env_vars = {k: os.environ[k] for k in ("PYTHONPATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DRMAS_CACHE")
-                    if k in os.environ}  # fmt: skip
-        runtime_env = {"env_vars": env_vars} if env_vars else None
         if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=dashboard, _node_ip_address="127.0.0.1",
-                     dashboard_host="127.0.0.1", runtime_env=runtime_env, log_to_driver=False, **kwargs)  # fmt: skip
-        else:
-            ray.init(address=address, runtime_env=runtime_env, **kwargs)
+            # local workers import drmas (and test helpers) from the driver's PYTHONPATH and stay offline like it
+            env_vars = {k: os.environ[k] for k in ("PYTHONPATH", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DRMAS_CACHE")
+                        if k in os.environ}  # fmt: skip
+            ray.init(num_cpus=num_cpus, include_dashboard=dashboard, _node_ip_address="127.0.0.1", dashboard_host="127.0.0.1",
+                     runtime_env={"env_vars": env_vars} if env_vars else None, log_to_driver=False, **kwargs)  # fmt: skip
+        else:  # a cluster: drmas must be installed on its nodes (or shipped with a runtime_env in kwargs)
+            ray.init(address=address, **kwargs)
     return {k: float(v) for k, v in ray.cluster_resources().items()}

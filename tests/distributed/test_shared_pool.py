@@ -10,7 +10,7 @@ from tiny_rl import tiny_config, tiny_loader
 
 import drmas_train.trainer as trainer_module
 from drmas_train.checkpoint import load_weights
-from drmas_train.models import ModelSpec
+from drmas_train.models import ModelSpec, load_model
 from drmas_train.trainer import train
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
@@ -39,6 +39,9 @@ def test_two_models_train_on_one_shared_pool(ray_cluster, tmp_path, monkeypatch)
         load_weights(model, ckpt / "models" / mid)  # the HF copy gathered from the ranks
         moved = max(float((v - initial[k]).abs().max()) for k, v in model.state_dict().items())
         assert moved > 1e-4, f"{mid} did not train"
+        exported = load_model(str(ckpt / "models" / mid))  # what `drmas eval --model <dir>` loads
+        assert exported.tokenizer.chat_template and all(
+            torch.equal(v, model.state_dict()[k]) for k, v in exported.model.state_dict().items())
     # the pool and the actors are gone; Ray itself (the fixture's) stays up
     assert ray.is_initialized()
     assert all(pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
