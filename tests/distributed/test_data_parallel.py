@@ -20,13 +20,13 @@ from tiny_rl import tiny_loader
 
 from drmas_train.losses import PolicyLossConfig
 from drmas_train.models import ModelSpec
-from drmas_train.optim import build_optimizer
+from drmas_train.optim import build_optimizer, micro_batches
 from drmas_train.update import ppo_update
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 
 OPTIM = {"lr": 1e-2, "weight_decay": 0.0}
-KWARGS = {"loss_cfg": PolicyLossConfig(), "temperature": 1.0, "ppo_epochs": 1, "mini_batches": 2, "micro_batch_tokens": 12}
+KWARGS = {"loss_cfg": PolicyLossConfig(), "temperature": 1.0, "ppo_epochs": 1, "mini_batches": 2, "micro_batch_tokens": 10}
 ADV = np.array([1.0, -0.5, 0.3, -1.2, 0.8, 0.0, 0.4, -0.9])
 
 
@@ -40,7 +40,13 @@ def test_two_rank_update_equals_single_process(ray_cluster, strategy):
     samples = tiny_samples(base)
     single = copy.deepcopy(base)
     expected = ppo_update(single, build_optimizer("m", single, **OPTIM), samples, ADV, pad_token_id=0, seed=7, **KWARGS)
-    assert expected["steps"] == 2.0  # two mini-batches, each cut into several micro-batches (budget 12 tokens)
+    assert expected["steps"] == 2.0  # two mini-batches, each cut into several micro-batches (budget 10 tokens)
+    # the same plan as dp_ppo_update: with an odd micro-batch count rank 1 runs an idle (zero-loss) pass
+    plan = []
+    for mb in np.array_split(np.random.default_rng(7).permutation(len(samples)), 2):
+        mb = mb[ADV[mb] != 0]
+        plan.append(len(micro_batches([len(samples[i].prompt_ids) + len(samples[i].response_ids) for i in mb], KWARGS["micro_batch_tokens"])))
+    assert min(plan) >= 2 and any(n % 2 for n in plan), plan
 
     pool = ResourcePool(2)
     group = WorkerGroup("m", spec, pool, [0, 1], loader=tiny_loader, optim_kwargs=OPTIM, strategy=strategy)
