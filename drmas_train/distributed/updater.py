@@ -103,26 +103,34 @@ class RayUpdater:
         return list(self.groups)
 
     def update(self, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
-        """One PPO update per worker group on its model's samples (colocated groups take turns).
+        """One PPO update per worker group on its model's samples. Colocated groups take turns; groups on
+        disjoint bundles (``colocate: false``) train at the same time.
 
         Returns:
             ``loss/<model_id>/<metric>``, as :meth:`LocalUpdater.update`.
 
         Raises:
-            DistributedError: a training rank died.
+            DistributedError: a training rank died (see :meth:`recover`).
         """
-        metrics, kwargs = {}, update_kwargs(self.cfg)
+        metrics, kwargs, pending = {}, update_kwargs(self.cfg), {}
         for model_id, group in self.groups.items():
             idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
-            try:
-                out = group.update([samples[i] for i in idx], adv[idx], seed, kwargs)
-            except DistributedError as err:
-                self._failed = model_id
-                where = (f"the latest complete checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
-                         "no checkpoint was written yet (set run.save_every to checkpoint more often)")  # fmt: skip
-                raise DistributedError(f"{err}; {where}") from err
-            metrics.update({f"loss/{model_id}/{k}": v for k, v in out.items()})
+            pending[model_id] = group.start_update([samples[i] for i in idx], adv[idx], seed, kwargs)
+            if self.cfg.distributed.colocate:  # shared bundles: one group at a time
+                metrics.update(self._finish(model_id, pending.pop(model_id)))
+        for model_id, refs in pending.items():
+            metrics.update(self._finish(model_id, refs))
         return metrics
+
+    def _finish(self, model_id: str, refs: list[Any]) -> dict[str, float]:
+        try:
+            out = self.groups[model_id].finish_update(refs)
+        except DistributedError as err:
+            self._failed = model_id
+            where = (f"the latest complete checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
+                     "no checkpoint was written yet (set run.save_every to checkpoint more often)")  # fmt: skip
+            raise DistributedError(f"{err}; {where}") from err
+        return {f"loss/{model_id}/{k}": v for k, v in out.items()}
 
     def _sync_driver_copies(self) -> None:
         for mid, group in self.groups.items():

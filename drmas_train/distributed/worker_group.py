@@ -104,11 +104,18 @@ class WorkerGroup:
         Raises:
             DistributedError: a training rank died.
         """
+        return self.finish_update(self.start_update(samples, advantages, seed, update_kwargs))
+
+    def start_update(self, samples: Sequence[Any], advantages: np.ndarray, seed: int, update_kwargs: dict[str, Any]) -> list[Any]:
+        """Submit the update to every rank without waiting (groups on disjoint bundles then train at once)."""
         import ray
 
         # one object-store copy for all ranks; Ray resolves top-level ObjectRef arguments on the worker
         samples_ref, adv_ref = ray.put(list(samples)), ray.put(np.asarray(advantages))
-        refs = [t.update.remote(samples_ref, adv_ref, seed, update_kwargs) for t in self.trainers]
+        return [t.update.remote(samples_ref, adv_ref, seed, update_kwargs) for t in self.trainers]
+
+    def finish_update(self, refs: list[Any]) -> dict[str, float]:
+        """Wait for :meth:`start_update`'s ranks, then :meth:`publish`; returns rank 0's (reduced) metrics."""
         metrics = self._get_ranks(refs, "the update")[0]
         self.publish()
         return metrics
