@@ -67,6 +67,8 @@ class RayUpdater:
         if d.devices_per_node > 0:
             available = d.num_nodes * d.devices_per_node
             if resources.get("GPU", 0) < available:
+                if owns:
+                    ray.shutdown()
                 raise ConfigError(f"distributed.devices_per_node={d.devices_per_node} x num_nodes={d.num_nodes} GPUs "
                                   f"requested, the Ray cluster has {resources.get('GPU', 0):g}")  # fmt: skip
         else:
@@ -74,6 +76,8 @@ class RayUpdater:
         try:
             sizes, need = plan_world_sizes(model_ids, dict(d.world_size), available, colocate=d.colocate)
         except ValueError as err:
+            if owns:
+                ray.shutdown()
             raise ConfigError(f"distributed: {err}") from None
         rpool = ResourcePool(need, cpus_per_bundle=d.cpus_per_worker, gpus_per_bundle=1 if d.devices_per_node else 0)
         share = 2 * len(model_ids) if d.colocate else 2
