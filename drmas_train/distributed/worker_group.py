@@ -122,9 +122,8 @@ class WorkerGroup:
 
     def publish(self) -> None:
         """Push the training ranks' current weights to every generation worker (in memory, new version)."""
-        refs = [t.full_state_dict.remote() for t in self.trainers]  # collective: every rank takes part
-        self._get_ranks(refs[1:], "the weight gather")
-        self.weights_ref, self.version = refs[0], self.version + 1
+        replies = self._get_ranks([t.publish_weights.remote() for t in self.trainers], "the weight gather")  # collective
+        self.weights_ref, self.version = replies[0][0], self.version + 1  # rank 0's object: the driver never copies it
         for w in range(len(self.generators)):
             self._push(w)
 

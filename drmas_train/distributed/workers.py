@@ -108,6 +108,14 @@ class TrainWorker:
         state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return state if self.rank == 0 else {}
 
+    def publish_weights(self) -> list[Any]:
+        """Collective: rank 0 puts the full state dict in Ray's object store and returns ``[its ObjectRef]`` (a
+        small reply the driver can wait on; the weights never pass through the driver); other ranks ``[]``."""
+        import ray
+
+        state = self.full_state_dict()
+        return [ray.put(state)] if self.rank == 0 else []
+
     def save(self, path: str) -> None:
         """Collective: sharded checkpoint of the model and optimizer under ``path`` (DCP)."""
         save_sharded, _ = _sharded_io()
