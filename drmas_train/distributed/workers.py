@@ -83,6 +83,8 @@ class TrainWorker:
 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         backend = "nccl" if self.device.type == "cuda" else "gloo"
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # NCCL binds this process to the bundle's GPU
         dist.init_process_group(backend, rank=self.rank, world_size=self.world_size)
         loaded = _load(self.loader, self.spec, self.model_id)
         self.tokenizer = loaded.tokenizer
