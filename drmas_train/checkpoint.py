@@ -86,6 +86,7 @@ def save_checkpoint(
     config_yaml: str,
     extra: dict[str, Any] | None = None,
     keep: int = 2,
+    write_extra: Any = None,
 ) -> Path:
     """Write checkpoint ``iter_<iteration>`` atomically under ``ckpt_root`` and prune old ones.
 
@@ -99,6 +100,8 @@ def save_checkpoint(
         extra: anything else to restore: tensors and plain containers of int/float/str/bool/None only
             (checkpoints are loaded with ``torch.load(weights_only=True)``).
         keep: how many most recent checkpoints to keep (>= 1).
+        write_extra: ``(tmp_dir: Path) -> None`` writing more files into the checkpoint before it is renamed into
+            place (the distributed path writes its sharded ``sharded/<model_id>/`` folders there).
 
     Returns:
         the final checkpoint directory.
@@ -118,6 +121,8 @@ def save_checkpoint(
         state = {"iteration": iteration, "sampler": sampler_state, "rng": rng_state(), "extra": extra or {}}
         torch.save(state, tmp / "trainer_state.pt")
         (tmp / "config.yaml").write_text(config_yaml)
+        if write_extra is not None:
+            write_extra(tmp)
         if final.exists():  # re-saving the same iteration (e.g. after a resume): replace it
             shutil.rmtree(final)
         os.rename(tmp, final)

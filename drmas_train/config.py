@@ -35,6 +35,7 @@ __all__ = [
     "OptimConfig",
     "ValidationConfig",
     "RunConfig",
+    "DistributedConfig",
     "TrainConfig",
     "DEFAULT_PRESET",
     "list_presets",
@@ -230,6 +231,45 @@ class RunConfig:
     """write each iteration's samples (prompts, responses, rewards) to ``samples/iter_NNNNNN.jsonl``."""
 
 
+#: accepted ``distributed.strategy`` values (see :class:`DistributedConfig`).
+DISTRIBUTED_STRATEGIES = ("auto", "fsdp2", "ddp")
+
+
+@dataclass
+class DistributedConfig:
+    """Scale-out on Ray (:mod:`drmas_train.distributed`); off by default: the single-process path is unchanged.
+
+    Each model gets one worker group: ``world_size[model]`` training ranks (one ``torch.distributed`` process
+    group, gloo on CPU, NCCL on GPU) and as many generation workers, placed on the bundles of one resource pool
+    (one bundle = ``cpus_per_worker`` CPUs and, on GPU nodes, one GPU).
+    """
+
+    enabled: bool = False
+    """train through Ray worker groups instead of in this process."""
+    address: str | None = None
+    """null: start a local Ray (127.0.0.1 only, no dashboard unless ``dashboard``); else ``ray.init(address=...)``
+    (e.g. ``auto`` or ``ray://head:10001``)."""
+    num_nodes: int = 1
+    """nodes the pool spans (>= 1)."""
+    devices_per_node: int = 0
+    """GPUs per node, one per bundle; 0 = CPU-only workers (gloo), one bundle per ``cpus_per_worker`` CPUs."""
+    cpus_per_worker: int = 1
+    """CPUs per bundle (>= 1); also the torch threads of each worker."""
+    colocate: bool = True
+    """every model's worker group on the same bundles, taking turns (Dr. MAS shared resource scheduling);
+    false = the pool is split between the models."""
+    world_size: dict[str, int] = field(default_factory=dict)
+    """model key -> training ranks (default: all bundles when colocated, else an even split)."""
+    strategy: str = "auto"
+    """``auto`` | ``fsdp2`` | ``ddp``; auto = FSDP2 ``fully_shard`` (works on CUDA/NCCL and, with torch >= 2.6,
+    on CPU/gloo)."""
+    max_restarts: int = 2
+    """bounded restarts per run: of generation workers (Ray ``max_restarts``; their owed calls are re-issued) and
+    of training groups (rebuilt from the latest checkpoint, the trainer replays from it)."""
+    dashboard: bool = False
+    """start the Ray dashboard with a local Ray."""
+
+
 @dataclass
 class TrainConfig:
     """The whole training configuration (what is saved in every checkpoint)."""
@@ -245,6 +285,7 @@ class TrainConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: ValidationConfig = field(default_factory=ValidationConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 def _configs_dir():
@@ -390,10 +431,33 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     for key, m in cfg.models.items():
         _check(m.dtype in DTYPES, f"models.{key}.dtype={m.dtype!r}; accepted: {', '.join(DTYPES)}")
         _check(m.backend in LOCAL_BACKENDS, f"models.{key}.backend={m.backend!r}; accepted: {', '.join(LOCAL_BACKENDS)}")
+    _validate_distributed(cfg)
     if env_agents is not None:
         extra, missing = agent_mismatch(cfg.agents, env_agents)
         _check(not missing, f"env {cfg.env.id!r} agent(s) {missing} have no model; add agents.<agent>=<model key>")
         _check(not extra, f"agents {extra} are not agents of env {cfg.env.id!r}; its agents: {list(env_agents)}")
+
+
+def _validate_distributed(cfg: TrainConfig) -> None:
+    d = cfg.distributed
+    for key in ("num_nodes", "cpus_per_worker"):
+        _check(getattr(d, key) >= 1, f"distributed.{key} must be >= 1, got {getattr(d, key)}")
+    _check(d.devices_per_node >= 0, f"distributed.devices_per_node must be >= 0 (0 = CPU-only), got {d.devices_per_node}")
+    _check(d.max_restarts >= 0, f"distributed.max_restarts must be >= 0, got {d.max_restarts}")
+    _check(d.strategy in DISTRIBUTED_STRATEGIES, f"distributed.strategy={d.strategy!r}; accepted: {list(DISTRIBUTED_STRATEGIES)}")
+    for key, n in d.world_size.items():
+        if key not in cfg.models:
+            close = difflib.get_close_matches(str(key), cfg.models, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"distributed.world_size.{key} names no model; defined models: {sorted(cfg.models)}.{hint}")
+        _check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, f"distributed.world_size.{key} must be an int >= 1, got {n!r}")
+    if not d.enabled:
+        return
+    for key, m in cfg.models.items():
+        _check(m.backend == "hf", f"models.{key}.backend={m.backend!r} with distributed.enabled=true; accepted: hf "
+                                  "(vLLM generation workers are not built yet, see docs/architecture.md)")  # fmt: skip
+        _check(m.device == "cpu", f"models.{key}.device={m.device!r} with distributed.enabled=true; leave it 'cpu': "
+                                  "workers use a GPU when distributed.devices_per_node > 0")  # fmt: skip
 
 
 def to_yaml(cfg: TrainConfig) -> str:

@@ -135,3 +135,39 @@ def recompute_old_logprobs(
         [samples[i].old_logprobs for i in chosen], [new_rows[i] for i in chosen], [samples[i].response_mask for i in chosen]
     )
     return out, metrics
+
+
+def old_logprobs_for_update(
+    model: Any,
+    samples: Sequence[Sample],
+    advantages: np.ndarray,
+    *,
+    recompute: bool,
+    pad_token_id: int,
+    update_kwargs: dict[str, Any],
+) -> tuple[list[Sample], dict[str, float]]:
+    """π_old of one model's samples just before its PPO update: recomputed with ``model`` when ``recompute``
+    (``algorithm.recompute_old_logprobs``, the reference's default), else the rollout engine's, unchanged.
+
+    Only samples the loss reads are recomputed: a sample with advantage exactly 0 contributes nothing unless the
+    KL or entropy term is on. Both the single-process updater and every Ray training rank call this (on a rank,
+    ``model`` is its FSDP2/DDP-wrapped module and every rank recomputes the same samples, so the collectives of the
+    forward passes line up).
+
+    Args:
+        model: the training model (its current weights are π_old). samples: (B,). advantages: (B,) float.
+        recompute: whether to recompute. pad_token_id: the tokenizer's pad id.
+        update_kwargs: :func:`drmas_train.updater.update_kwargs` (``loss_cfg``, ``temperature``, ``micro_batch_tokens``).
+
+    Returns:
+        ``(samples, metrics)``: the samples to update on and the engine/trainer mismatch metrics
+        (:func:`logprob_mismatch`; empty when not recomputed).
+    """
+    if not recompute:
+        return list(samples), {}
+    loss_cfg = update_kwargs["loss_cfg"]
+    used = (np.asarray(advantages) != 0) | bool(loss_cfg.kl_coef) | bool(loss_cfg.entropy_coef)  # what the loss reads
+    return recompute_old_logprobs(
+        model, samples, pad_token_id=pad_token_id, temperature=update_kwargs["temperature"],
+        micro_batch_tokens=update_kwargs["micro_batch_tokens"], select=used,
+    )  # fmt: skip

@@ -40,6 +40,7 @@ class RunState:
     sampler: Any  # TaskSampler
     logger: Any  # MetricsLogger
     start_iteration: int = 0
+    updater: Any = None  # LocalUpdater (default) or distributed.RayUpdater: .update / .save / .load / .close
 
 
 def model_specs(cfg: TrainConfig) -> dict[str, Any]:
@@ -76,13 +77,13 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     """
     import drmas_envs
     from drmas_train.assignment import build_models, make_backend
-    from drmas_train.checkpoint import load_checkpoint
     from drmas_train.data_prep import require_task_files
     from drmas_train.env_setup import load_env_tasks, make_probe_env
     from drmas_train.metrics_log import MetricsLogger
     from drmas_train.optim import build_optimizer
     from drmas_train.run_dir import prepare_run_dir
     from drmas_train.task_sampler import TaskSampler
+    from drmas_train.updater import LocalUpdater
 
     if cfg.run.num_threads > 0:
         torch.set_num_threads(cfg.run.num_threads)
@@ -118,34 +119,41 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         **({"loader": loader} if loader is not None else {}),
     )
     optimizers, ref_models = {}, {}
-    for model_id, loaded in pool.models.items():
-        if not loaded.spec.trainable:
-            continue
-        o = cfg.optim
-        optimizers[model_id] = build_optimizer(
-            model_id, loaded.model, lr=loaded.spec.optimizer.get("lr", o.lr),
-            weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
-            warmup_steps=o.warmup_steps, grad_clip=o.grad_clip,
-        )  # fmt: skip
-        if cfg.algorithm.kl_coef:
-            import copy
+    if cfg.distributed.enabled:  # the trainable models train and sample on Ray worker groups
+        from drmas_train.distributed.updater import RayUpdater
 
-            ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
-    if not optimizers:
-        raise ConfigError("no trainable model: set trainable: true on at least one model")
+        trainable = [mid for mid, loaded in pool.models.items() if loaded.spec.trainable]
+        if not trainable:
+            raise ConfigError("no trainable model: set trainable: true on at least one model")
+        updater: Any = RayUpdater.build(cfg, pool, trainable, **({"loader": loader} if loader is not None else {}))
+    else:
+        for model_id, loaded in pool.models.items():
+            if not loaded.spec.trainable:
+                continue
+            o = cfg.optim
+            optimizers[model_id] = build_optimizer(
+                model_id, loaded.model, lr=loaded.spec.optimizer.get("lr", o.lr),
+                weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
+                warmup_steps=o.warmup_steps, grad_clip=o.grad_clip,
+            )  # fmt: skip
+            if cfg.algorithm.kl_coef:
+                import copy
+
+                ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
+        if not optimizers:
+            raise ConfigError("no trainable model: set trainable: true on at least one model")
+        updater = LocalUpdater(cfg, pool, optimizers, ref_models)
     sampler = TaskSampler(len(tasks), cfg.rollout.batch_size, seed=cfg.seed)
     start = 0
     if resume_ckpt is not None:
-        models = {mid: pool.models[mid].model for mid in optimizers}
-        state = load_checkpoint(resume_ckpt, models=models, optimizers=optimizers)
+        state = updater.load(resume_ckpt)
         sampler.load_state_dict(state["sampler"])
         start = int(state["iteration"])
-        for mid, loaded in pool.models.items():
-            pool.backends[mid].sync_weights(loaded.model)
         logger.info("resumed from iter %d (checkpoint %s)", start, resume_ckpt)
     metrics_logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start)
+    return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start,
+                    updater)  # fmt: skip
 
 
 def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
@@ -163,34 +171,9 @@ def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
 
 
 def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
-    """One PPO update per trainable model on its own agents' samples; pushes the new weights to the backend."""
-    from drmas_train.losses import PolicyLossConfig
-    from drmas_train.update import ppo_update
-
-    a, metrics = run.cfg.algorithm, {}
-    loss_cfg = PolicyLossConfig(a.clip_low, a.clip_high, a.dual_clip_c, a.loss_agg, a.kl_coef, a.kl_estimator, a.entropy_coef)
-    for model_id, opt in run.optimizers.items():
-        idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
-        loaded = run.pool.models[model_id]
-        model_samples = [samples[i] for i in idx]
-        if a.recompute_old_logprobs:  # π_old from the training model, as the reference (see old_logprobs.py)
-            from drmas_train.old_logprobs import recompute_old_logprobs
-
-            used = (adv[idx] != 0) | bool(a.kl_coef) | bool(a.entropy_coef)  # the samples the loss reads
-            model_samples, drift = recompute_old_logprobs(
-                loaded.model, model_samples, pad_token_id=loaded.tokenizer.pad_token_id,
-                temperature=run.cfg.rollout.temperature, micro_batch_tokens=run.cfg.optim.micro_batch_tokens, select=used,
-            )  # fmt: skip
-            metrics.update({f"loss/{model_id}/{k}": v for k, v in drift.items()})
-        out = ppo_update(
-            loaded.model, opt, model_samples, adv[idx], loss_cfg=loss_cfg,
-            pad_token_id=loaded.tokenizer.pad_token_id, temperature=run.cfg.rollout.temperature,
-            ppo_epochs=a.ppo_epochs, mini_batches=a.mini_batches, micro_batch_tokens=run.cfg.optim.micro_batch_tokens,
-            ref_model=run.ref_models.get(model_id), seed=seed,
-        )  # fmt: skip
-        run.pool.backends[model_id].sync_weights(loaded.model)
-        metrics.update({f"loss/{model_id}/{k}": v for k, v in out.items()})
-    return metrics
+    """One PPO update per trainable model on its own agents' samples (``run.updater``); the new weights reach
+    the backends."""
+    return run.updater.update(samples, adv, seed)
 
 
 def _validate(run: RunState, iteration: int) -> dict[str, float]:
@@ -211,11 +194,8 @@ def _validate(run: RunState, iteration: int) -> dict[str, float]:
 
 
 def _save(run: RunState, iteration: int) -> Path:
-    from drmas_train.checkpoint import save_checkpoint
-
-    models = {mid: (run.pool.models[mid].model, run.pool.models[mid].tokenizer) for mid in run.optimizers}
-    return save_checkpoint(run.run_dir / "checkpoints", iteration, models=models, optimizers=run.optimizers,
-                           sampler_state=run.sampler.state_dict(), config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints)  # fmt: skip
+    return run.updater.save(run.run_dir / "checkpoints", iteration, sampler_state=run.sampler.state_dict(),
+                            config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints)  # fmt: skip
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> dict[str, Any]:
@@ -243,8 +223,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwri
         try:
             return _train(cfg, resume=resume, loader=loader, overwrite=overwrite, guard=guard)
         except KeyboardInterrupt:
-            guard.save_interrupted(_save)
+            guard.save_interrupted(_save)  # before the updater closes: a Ray updater saves from its ranks
             raise
+        finally:
+            if guard.run is not None:
+                guard.run.updater.close()  # Ray worker groups (and a Ray started for the run); a no-op in-process
 
 
 def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guard: Any) -> dict[str, Any]:
@@ -252,6 +235,7 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     from tqdm.auto import tqdm
 
     from drmas_train.backends.base import SamplingParams
+    from drmas_train.distributed.cluster import DistributedError
     from drmas_train.metrics_log import batch_metrics, plot_run
     from drmas_train.rollout import rollout, save_samples
 
@@ -259,11 +243,11 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
     guard.attach(run)
     r, ckpt, metrics = cfg.rollout, None, {}
-    bar = tqdm(range(run.start_iteration, cfg.run.iterations), desc="train", unit="iter", disable=not cfg.run.progress,
-               initial=run.start_iteration, total=cfg.run.iterations)  # fmt: skip
+    bar = tqdm(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
         run.logger.log(0, _validate(run, 0))  # the initial weights, as the reference's val_before_train
-    for it in bar:
+    it = run.start_iteration
+    while it < cfg.run.iterations:
         seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
         t0 = time.perf_counter()
         tasks = [run.tasks[i] for i in run.sampler.next_batch()]
@@ -276,7 +260,14 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         t1 = time.perf_counter()
         adv = compute_advantages(cfg, result.samples)  # (B,)
         metrics = batch_metrics(result.samples, adv)
-        metrics.update(_update_models(run, result.samples, adv, seed))
+        try:
+            metrics.update(_update_models(run, result.samples, adv, seed))
+        except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
+            it = _rewind(run, run.updater.recover(err))
+            logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)
+            bar.n = it
+            guard.release(it)
+            continue
         t2 = time.perf_counter()
         if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
             metrics.update(_validate(run, it + 1))
@@ -287,7 +278,9 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         logger.info("%s", _summary_line(it + 1, metrics))
         if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
             ckpt = _save(run, it + 1)
-        guard.release(it + 1)  # iteration complete; a Ctrl-C received meanwhile raises here
+        it += 1
+        bar.update(1)
+        guard.release(it)  # iteration complete; a Ctrl-C received meanwhile raises here
     bar.close()
     run.logger.close()
     plot = plot_run(run.logger.path, run.run_dir / "training_curves.png") if cfg.run.plot and run.logger.path.is_file() else None
@@ -296,6 +289,17 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
                "wall_time_s": time.perf_counter() - t_start}  # fmt: skip
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def _rewind(run: RunState, state: dict[str, Any]) -> int:
+    """Put the sampler and the metrics log back to a checkpoint's trainer state; returns its iteration."""
+    from drmas_train.metrics_log import MetricsLogger
+
+    it = int(state["iteration"])
+    run.sampler.load_state_dict(state["sampler"])
+    run.logger.close()
+    run.logger = MetricsLogger(run.run_dir, tensorboard=run.cfg.run.tensorboard, truncate_after=it)
+    return it
 
 
 def _summary_line(iteration: int, m: dict[str, float]) -> str:

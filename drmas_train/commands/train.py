@@ -51,6 +51,7 @@ def main(argv: list[str]) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
+    from drmas_train.distributed.cluster import DistributedError
     from drmas_train.trainer import train
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # other libraries: warnings only
@@ -61,6 +62,9 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"drmas train: {err}", file=sys.stderr)
         return 2
+    except DistributedError as err:  # a worker group failed for good: the message names the model and what to do
+        print(f"drmas train: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("drmas train: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,211 @@
+"""``RayUpdater``: the trainer's updater seam (:mod:`drmas_train.updater`) over Ray worker groups.
+
+:meth:`RayUpdater.build` starts or joins Ray (:func:`~drmas_train.distributed.cluster.init_ray`), sizes one
+:class:`~drmas_train.distributed.resource_pool.ResourcePool`, starts one
+:class:`~drmas_train.distributed.worker_group.WorkerGroup` per trainable model (a model shared by several agents
+is one group; non-sharing and heterogeneous models one group each) and puts a
+:class:`~drmas_train.distributed.backend.RayBackend` in ``pool.backends[model_id]``. Frozen models keep their
+in-process backend.
+
+Checkpoints (same atomic directory as the single-process path, :mod:`drmas_train.checkpoint`)::
+
+    models/<model_id>/      HF format (save_pretrained), gathered from the ranks: drmas eval --model loads it
+    sharded/<model_id>/     torch.distributed.checkpoint of every rank's model + optimizer shard, and the
+                            LR schedule (what --resume restores)
+    trainer_state.pt, config.yaml
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drmas_train.config import ConfigError, TrainConfig
+from drmas_train.distributed.backend import RayBackend
+from drmas_train.distributed.cluster import DistributedError, init_ray
+from drmas_train.distributed.resource_pool import ResourcePool, plan_world_sizes
+from drmas_train.distributed.worker_group import WorkerGroup
+from drmas_train.updater import update_kwargs
+
+__all__ = ["RayUpdater", "DistributedError"]
+
+
+class RayUpdater:
+    """PPO updates on Ray worker groups (``distributed.enabled: true``); same methods as
+    :class:`drmas_train.updater.LocalUpdater`.
+
+    Args:
+        cfg: the run's config. pool: the driver's :class:`~drmas_train.assignment.ModelPool` (its models are
+        the HF copies written into checkpoints). groups: ``model_id -> WorkerGroup``. resources: the pool.
+        owns_ray: shut Ray down in :meth:`close` (it was started here).
+    """
+
+    def __init__(self, cfg: TrainConfig, pool: Any, groups: dict[str, WorkerGroup], resources: ResourcePool,
+                 *, owns_ray: bool = False, group_args: dict[str, tuple[tuple, dict]] | None = None) -> None:  # fmt: skip
+        self.cfg, self.pool, self.groups, self.resources, self.owns_ray = cfg, pool, groups, resources, owns_ray
+        self.group_args = dict(group_args or {})  # model_id -> WorkerGroup (args, kwargs), to rebuild a group
+        self.last_checkpoint: Path | None = None  # the latest complete checkpoint written or loaded by this run
+        self.training_restarts = 0  # training groups rebuilt from a checkpoint (at most distributed.max_restarts)
+        self._failed: str | None = None  # model whose training rank died in the last update
+
+    @classmethod
+    def build(cls, cfg: TrainConfig, pool: Any, model_ids: list[str], *, loader: Any = None,
+              backend_kwargs: dict[str, Any] | None = None) -> RayUpdater:  # fmt: skip
+        """Start the worker groups of ``model_ids`` and route their generation through them.
+
+        Raises:
+            ConfigError: the cluster cannot hold the requested world sizes.
+            DistributedError: Ray is missing or a group failed to start.
+        """
+        import ray
+
+        d = cfg.distributed
+        owns = not ray.is_initialized()
+        resources = init_ray(d.address, dashboard=d.dashboard)
+        if d.devices_per_node > 0:
+            available = d.num_nodes * d.devices_per_node
+            if resources.get("GPU", 0) < available:
+                if owns:
+                    ray.shutdown()
+                raise ConfigError(f"distributed.devices_per_node={d.devices_per_node} x num_nodes={d.num_nodes} GPUs "
+                                  f"requested, the Ray cluster has {resources.get('GPU', 0):g}")  # fmt: skip
+        else:
+            available = int(resources.get("CPU", 0) // d.cpus_per_worker)
+        try:
+            sizes, need = plan_world_sizes(model_ids, dict(d.world_size), available, colocate=d.colocate)
+        except ValueError as err:
+            if owns:
+                ray.shutdown()
+            raise ConfigError(f"distributed: {err}") from None
+        rpool = ResourcePool(need, cpus_per_bundle=d.cpus_per_worker, gpus_per_bundle=1 if d.devices_per_node else 0)
+        share = 2 * len(model_ids) if d.colocate else 2
+        groups: dict[str, WorkerGroup] = {}
+        group_args: dict[str, tuple[tuple, dict]] = {}
+        o = cfg.optim
+        try:
+            for mid in model_ids:
+                spec = pool.models[mid].spec
+                optim_kwargs = {"lr": spec.optimizer.get("lr", o.lr), "weight_decay": spec.optimizer.get("weight_decay", o.weight_decay),
+                                "betas": o.betas, "warmup_steps": o.warmup_steps, "grad_clip": o.grad_clip}  # fmt: skip
+                group_args[mid] = ((mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate)), dict(
+                    share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(cfg.algorithm.kl_coef),
+                    strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
+                ))  # fmt: skip
+                groups[mid] = WorkerGroup(*group_args[mid][0], **group_args[mid][1])
+                pool.backends[mid] = RayBackend(groups[mid], pool.models[mid].tokenizer,
+                                                chat_template_kwargs=spec.chat_template_kwargs)  # fmt: skip
+        except BaseException:
+            cls(cfg, pool, groups, rpool, owns_ray=owns).close()
+            raise
+        return cls(cfg, pool, groups, rpool, owns_ray=owns, group_args=group_args)
+
+    @property
+    def model_ids(self) -> list[str]:
+        """Trainable model ids."""
+        return list(self.groups)
+
+    def update(self, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
+        """One PPO update per worker group on its model's samples. Colocated groups take turns; groups on
+        disjoint bundles (``colocate: false``) train at the same time.
+
+        Returns:
+            ``loss/<model_id>/<metric>``, as :meth:`LocalUpdater.update`.
+
+        Raises:
+            DistributedError: a training rank died (see :meth:`recover`).
+        """
+        metrics, kwargs, pending = {}, update_kwargs(self.cfg), {}
+        for model_id, group in self.groups.items():
+            idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
+            pending[model_id] = group.start_update([samples[i] for i in idx], adv[idx], seed, kwargs,
+                                                    self.cfg.algorithm.recompute_old_logprobs)
+            if self.cfg.distributed.colocate:  # shared bundles: one group at a time
+                metrics.update(self._finish(model_id, pending.pop(model_id)))
+        for model_id, refs in pending.items():
+            metrics.update(self._finish(model_id, refs))
+        return metrics
+
+    def _finish(self, model_id: str, refs: list[Any]) -> dict[str, float]:
+        try:
+            out = self.groups[model_id].finish_update(refs)
+        except DistributedError as err:
+            self._failed = model_id
+            where = (f"the latest complete checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
+                     "no checkpoint was written yet (set run.save_every to checkpoint more often)")  # fmt: skip
+            raise DistributedError(f"{err}; {where}") from err
+        return {f"loss/{model_id}/{k}": v for k, v in out.items()}
+
+    def _sync_driver_copies(self) -> None:
+        for mid, group in self.groups.items():
+            self.pool.models[mid].model.load_state_dict(group.full_state_dict(), strict=True)
+
+    def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int) -> Path:
+        """Atomic checkpoint: HF weights gathered from the ranks plus every rank's sharded model + optimizer."""
+        from drmas_train.checkpoint import save_checkpoint
+
+        self._sync_driver_copies()
+        models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.groups}
+
+        def write_sharded(tmp: Path) -> None:
+            for mid, group in self.groups.items():
+                group.save(tmp / "sharded" / mid)
+
+        self.last_checkpoint = save_checkpoint(ckpt_root, iteration, models=models, optimizers={}, sampler_state=sampler_state,
+                                               config_yaml=config_yaml, keep=keep, write_extra=write_sharded)  # fmt: skip
+        return self.last_checkpoint
+
+    def load(self, path: Path) -> dict[str, Any]:
+        """Restore every group from ``path/sharded/<model_id>`` (and the driver copies, RNG states).
+
+        Raises:
+            FileNotFoundError: the checkpoint has no sharded state for a model (not written by a distributed run).
+        """
+        from drmas_train.checkpoint import load_checkpoint
+
+        path = Path(path)
+        for mid in self.groups:
+            if not (path / "sharded" / mid).is_dir():
+                raise FileNotFoundError(f"checkpoint {path} has no sharded/{mid}/: it was not written with "
+                                        "distributed.enabled=true; resume it without distributed")  # fmt: skip
+        state = load_checkpoint(path, models={mid: self.pool.models[mid].model for mid in self.groups}, optimizers={})
+        for mid, group in self.groups.items():
+            group.load(path / "sharded" / mid)
+        self.last_checkpoint = path
+        return state
+
+    def recover(self, err: DistributedError) -> dict[str, Any]:
+        """After a training rank died in :meth:`update`: rebuild that model's group on its bundles and restore
+        every group (and the driver copies, RNG states) from the latest complete checkpoint.
+
+        Returns:
+            the checkpoint's trainer state (``{"iteration", "sampler", ...}``): the trainer rewinds to it.
+
+        Raises:
+            DistributedError: ``err`` again when there is no checkpoint yet, no training rank failed, or
+                ``distributed.max_restarts`` groups were already rebuilt in this run.
+        """
+        if self._failed is None or self.last_checkpoint is None or self.training_restarts >= self.cfg.distributed.max_restarts:
+            raise err
+        mid, self._failed = self._failed, None
+        self.training_restarts += 1
+        self.groups[mid].close()
+        args, kwargs = self.group_args[mid]
+        self.groups[mid] = WorkerGroup(*args, **kwargs)
+        self.pool.backends[mid].group = self.groups[mid]
+        return self.load(self.last_checkpoint)
+
+    def close(self) -> None:
+        """Stop the worker groups, free the pool, and stop Ray if this updater started it."""
+        import ray
+
+        for group in self.groups.values():
+            group.close()
+        self.groups = {}
+        if self.resources is not None:
+            self.resources.shutdown()
+            self.resources = None
+        if self.owns_ray and ray.is_initialized():
+            ray.shutdown()
+

@@ -1,0 +1,222 @@
+"""The two Ray actors of a worker group: a training rank and a generation worker (plain classes here; the
+worker group turns them into actors with ``ray.remote``).
+
+* :class:`TrainWorker` — one rank of the model's ``torch.distributed`` process group (gloo on CPU, NCCL on GPU):
+  its FSDP2 shard (or DDP replica) of the model, its AdamW, and a frozen reference when the KL term is on.
+* :class:`GenerationWorker` — the HF engine (:class:`drmas_train.backends.hf.HFBackend`) over a full copy of the
+  weights. After every update the group pushes rank 0's full state dict to it through Ray's shared-memory
+  object store (never through files), tagged with a version; a call that expects another version (a worker
+  that Ray restarted with its initial weights) fails with :class:`StaleWeightsError` and is re-issued after a
+  push. vLLM engines would take this class's place on GPUs (same three methods; its sleep / wake-up would
+  free the memory while the training ranks run).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["TrainWorker", "GenerationWorker", "StaleWeightsError", "worker_device"]
+
+
+class StaleWeightsError(RuntimeError):
+    """A generation worker was asked to sample with a weight version it does not hold (it was restarted)."""
+
+
+def worker_device(use_gpu: bool) -> torch.device:
+    """``cuda:0`` (Ray sets ``CUDA_VISIBLE_DEVICES`` to the bundle's GPU) or ``cpu``."""
+    return torch.device("cuda", 0) if use_gpu else torch.device("cpu")
+
+
+def _load(loader: Callable | None, spec: Any, model_id: str) -> Any:
+    from drmas_train.models import load_model
+
+    return (loader or load_model)(spec, model_id)
+
+
+class TrainWorker:
+    """One training rank of a model's worker group.
+
+    Args:
+        spec: the model's :class:`~drmas_train.models.ModelSpec`. model_id: its pool id.
+        rank, world_size: this rank and the group size.
+        loader: ``(spec, model_id) -> LoadedModel`` (None: :func:`drmas_train.models.load_model`); must be
+            importable by the worker (a module-level function).
+        optim_kwargs: :func:`drmas_train.optim.build_optimizer` keyword arguments.
+        kl: keep a frozen reference copy (``algorithm.kl_coef > 0``).
+        strategy: ``auto`` | ``fsdp2`` | ``ddp`` (:func:`~drmas_train.distributed.data_parallel.resolve_strategy`).
+        threads: torch CPU threads. use_gpu: train on the bundle's GPU (NCCL) instead of the CPU (gloo).
+    """
+
+    def __init__(self, spec: Any, model_id: str, rank: int, world_size: int, *, loader: Callable | None = None,
+                 optim_kwargs: dict[str, Any] | None = None, kl: bool = False, strategy: str = "auto",
+                 threads: int = 1, use_gpu: bool = False) -> None:  # fmt: skip
+        torch.set_num_threads(max(int(threads), 1))
+        self.spec, self.model_id, self.rank, self.world_size = spec, model_id, rank, world_size
+        self.loader, self.optim_kwargs, self.kl = loader, dict(optim_kwargs or {}), kl
+        self.device = worker_device(use_gpu)
+        from drmas_train.distributed.data_parallel import resolve_strategy
+
+        self.strategy = resolve_strategy(strategy, self.device.type)
+        self.model = self.opt = self.ref = self.tokenizer = None
+
+    def address(self) -> tuple[str, int]:
+        """(node ip, a free TCP port) for the process group's rendezvous (asked of rank 0)."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(self, master_addr: str, master_port: int) -> str:
+        """Join the process group, load the model, shard/wrap it, build the optimizer. Returns the strategy."""
+        import torch.distributed as dist
+
+        from drmas_train.distributed.data_parallel import wrap_model
+        from drmas_train.optim import build_optimizer
+
+        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # NCCL binds this process to the bundle's GPU
+        dist.init_process_group(backend, rank=self.rank, world_size=self.world_size)
+        loaded = _load(self.loader, self.spec, self.model_id)
+        self.tokenizer = loaded.tokenizer
+        if self.kl:
+            import copy
+
+            self.ref = copy.deepcopy(loaded.model).to(self.device).eval().requires_grad_(False)
+        self.model = wrap_model(loaded.model, self.strategy, self.device)
+        self.opt = build_optimizer(self.model_id, self.model, **self.optim_kwargs)
+        return self.strategy
+
+    def update(self, samples: Sequence[Any], advantages: np.ndarray, seed: int, update_kwargs: dict[str, Any],
+               recompute_old_logprobs: bool = False) -> dict[str, float]:
+        """This rank's part of the PPO update (:func:`~drmas_train.distributed.data_parallel.dp_ppo_update`), after
+        recomputing π_old with the training model when asked
+        (:func:`~drmas_train.old_logprobs.old_logprobs_for_update`; every rank recomputes the same samples)."""
+        from drmas_train.distributed.data_parallel import dp_ppo_update
+        from drmas_train.old_logprobs import old_logprobs_for_update
+
+        pad = self.tokenizer.pad_token_id
+        samples, drift = old_logprobs_for_update(self.model, samples, advantages, recompute=recompute_old_logprobs,
+                                                 pad_token_id=pad, update_kwargs=update_kwargs)  # fmt: skip
+        out = dp_ppo_update(self.model, self.opt, samples, advantages, rank=self.rank, world_size=self.world_size,
+                            pad_token_id=pad, ref_model=self.ref, seed=seed, **update_kwargs)  # fmt: skip
+        return {**drift, **out}
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Collective: the full (unsharded) CPU state dict on rank 0, ``{}`` on the other ranks."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return state if self.rank == 0 else {}
+
+    def publish_weights(self) -> list[Any]:
+        """Collective: rank 0 puts the full state dict in Ray's object store and returns ``[its ObjectRef]`` (a
+        small reply the driver can wait on; the weights never pass through the driver); other ranks ``[]``."""
+        import ray
+
+        state = self.full_state_dict()
+        return [ray.put(state)] if self.rank == 0 else []
+
+    def save(self, path: str) -> None:
+        """Collective: sharded checkpoint of the model and optimizer under ``path`` (DCP)."""
+        save_sharded, _ = _sharded_io()
+        save_sharded(self.model, self.opt.optimizer, path)
+        if self.rank == 0:
+            torch.save({"scheduler": self.opt.scheduler.state_dict(), "skipped_steps": self.opt.skipped_steps},
+                       os.path.join(path, "schedule.pt"))  # fmt: skip
+
+    def load(self, path: str) -> None:
+        """Collective: inverse of :meth:`save`."""
+        _, load_sharded = _sharded_io()
+        load_sharded(self.model, self.opt.optimizer, path)
+        extra = torch.load(os.path.join(path, "schedule.pt"), weights_only=False)
+        self.opt.scheduler.load_state_dict(extra["scheduler"])
+        self.opt.skipped_steps = int(extra["skipped_steps"])
+
+    def pid(self) -> int:
+        """The rank's process id (tests kill it)."""
+        return os.getpid()
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _sharded_io() -> tuple[Callable, Callable]:
+    """``(save_sharded, load_sharded)`` of :mod:`drmas_train.distributed.checkpoint`; until that module exists, a
+    minimal torch.distributed.checkpoint fallback with the same signatures."""
+    try:
+        from drmas_train.distributed.checkpoint import load_sharded, save_sharded
+
+        return save_sharded, load_sharded
+    except ImportError:
+        pass
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    def save_sharded(model, optimizer, path, *, process_group=None):
+        msd, osd = get_state_dict(model, optimizer)
+        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path), process_group=process_group)
+
+    def load_sharded(model, optimizer, path, *, process_group=None):
+        msd, osd = get_state_dict(model, optimizer)
+        state = {"model": msd, "optim": osd}
+        dcp.load(state, checkpoint_id=str(path), process_group=process_group)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+    return save_sharded, load_sharded
+
+
+class GenerationWorker:
+    """An HF generation engine over a full copy of one model's weights.
+
+    Args:
+        spec, model_id, loader: as :class:`TrainWorker` (the initial weights; replaced by every push).
+        threads: torch CPU threads. use_gpu: sample on the bundle's GPU.
+        backend_kwargs: :class:`~drmas_train.backends.hf.HFBackend` arguments (``max_batch_size``, ...).
+    """
+
+    def __init__(self, spec: Any, model_id: str, *, loader: Callable | None = None, threads: int = 1,
+                 use_gpu: bool = False, backend_kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
+        from drmas_train.backends.hf import HFBackend
+
+        torch.set_num_threads(max(int(threads), 1))
+        loaded = _load(loader, spec, model_id)
+        loaded.model.to(worker_device(use_gpu))
+        self.backend = HFBackend.from_loaded(loaded, **dict(backend_kwargs or {}))
+        self.version = -1  # -1: the loader's weights, never pushed (a fresh or restarted worker)
+
+    def pid(self) -> int:
+        """The worker's process id (tests kill it)."""
+        return os.getpid()
+
+    def load_weights(self, state: dict[str, torch.Tensor], version: int) -> int:
+        """Copy a full state dict (from the object store) into the engine's model; returns ``version``.
+
+        Raises:
+            RuntimeError: keys do not match the model (``load_state_dict(strict=True)``).
+        """
+        self.backend.model.load_state_dict(state, strict=True)
+        self.version = int(version)
+        return self.version
+
+    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: Any, version: int) -> list[Any]:
+        """:meth:`HFBackend.generate_ids` with the weights of ``version``.
+
+        Raises:
+            StaleWeightsError: this worker holds another version (the caller pushes weights and re-issues).
+        """
+        if version != self.version:
+            raise StaleWeightsError(f"generation worker holds weights v{self.version}, the call needs v{version}")
+        return self.backend.generate_ids(prompt_ids, sampling)
