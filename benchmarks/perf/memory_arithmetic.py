@@ -27,6 +27,8 @@ plus every served model's bf16 weights and the KV cache in what is left.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 from dataclasses import dataclass
 
@@ -58,18 +60,20 @@ class Setup:
     response_tokens: int
 
 
-SETUPS = (
+_PAPER = (
     Setup("math, shared Qwen3-4B", "drmas_math_qwen3_4b_dist", ("Qwen3-4B",), 4, 32 * 8, 4096, 4096),
-    Setup("math, non-sharing 2 x Qwen3-4B", "drmas_math_qwen3_4b_nonsharing_dist", ("Qwen3-4B", "Qwen3-4B"), 4, 256, 4096, 4096),
+    Setup("math, non-sharing 2 x Qwen3-4B", "drmas_math_qwen3_4b_nonsharing_dist", ("Qwen3-4B",) * 2, 4, 256, 4096, 4096),
     Setup("math, hetero Qwen3-4B + 1.7B", "drmas_math_qwen3_4b_hetero_dist", ("Qwen3-4B", "Qwen3-1.7B"), 4, 256, 4096, 4096),
     Setup("search, shared Qwen2.5-3B", "drmas_search_qwen25_3b_dist", ("Qwen2.5-3B",), 8, 128 * 5, 4096, 800),
     Setup("search, non-sharing 3 x Qwen2.5-3B", "drmas_search_qwen25_3b_nonsharing_dist", ("Qwen2.5-3B",) * 3, 8, 640, 4096, 800),
     Setup("search, hetero 3B router + 7B", "drmas_search_qwen25_3b_hetero_dist", ("Qwen2.5-3B", "Qwen2.5-7B"), 8, 640, 4096, 800),
-    Setup("search, non-sharing 3 x Qwen2.5-7B (paper)", "(reference run_search.sh)", ("Qwen2.5-7B",) * 3, 8, 640, 4096, 800),
-    Setup("search, non-sharing 3 x Qwen2.5-7B (paper)", "(reference run_search.sh)", ("Qwen2.5-7B",) * 3, 4, 640, 4096, 800),
-)  # fmt: skip
+    Setup("search, non-sharing 3 x Qwen2.5-7B", "(reference run_search.sh)", ("Qwen2.5-7B",) * 3, 8, 640, 4096, 800),
+)
+#: every setup on its own GPU count, and the 8-GPU ones also on 4 GPUs (the question: what fits on 4 x 80 GB).
+SETUPS = _PAPER + tuple(dataclasses.replace(s, gpus=4) for s in _PAPER if s.gpus == 8)  # fmt: skip
 
 
+@functools.cache
 def arch_numbers(name: str) -> dict[str, float]:
     """Exact parameter count (meta device) and the shape figures the formulas need."""
     import torch
