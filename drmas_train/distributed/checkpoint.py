@@ -84,6 +84,24 @@ def _barrier(group: Any) -> None:
         dist.barrier(group=group)
 
 
+def _on_rank0(fn: Any, group: Any, what: str) -> None:
+    """Run ``fn`` on rank 0 of ``group`` and tell every rank whether it worked (a broadcast, so it is also a
+    barrier): a failure on rank 0 raises on every rank instead of leaving the others waiting."""
+    error: BaseException | None = None
+    if _rank(group) == 0:
+        try:
+            fn()
+        except Exception as err:  # re-raised below on rank 0, reported on the others
+            error = err
+    if _distributed():
+        box = [None if error is None else f"{type(error).__name__}: {error}"]
+        dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+        if error is None and box[0] is not None:
+            raise RuntimeError(f"rank 0 failed {what} the sharded checkpoint: {box[0]}")
+    if error is not None:
+        raise error
+
+
 def _wrapping(model: torch.nn.Module) -> str:
     from torch.distributed.fsdp import FSDPModule
     from torch.nn.parallel import DistributedDataParallel
@@ -172,14 +190,42 @@ def save_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
     torch_opt, owner = _split_optimizer(optimizer)
     final = Path(path)
     tmp = final.parent / f".{final.name}.partial"
-    rank = _rank(process_group)
-    if rank == 0:
+
+    def prepare() -> None:
         final.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # a save killed earlier
         tmp.mkdir()
-    _barrier(process_group)
+
+    def publish() -> None:
+        info = {
+            "format": FORMAT,
+            "world_size": _world_size(process_group),
+            "wrapping": _wrapping(model),
+            "model_class": _model_class(model),
+            "has_optimizer": torch_opt is not None,
+            "optimizer_state": "optim" in state,
+            "has_schedule": owner is not None,
+            "torch": torch.__version__,
+        }
+        (tmp / _INFO).write_text(json.dumps(info, indent=1) + "\n")
+        old = final.parent / f".{final.name}.old"
+        replaced = final.exists()
+        if replaced:
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(final, old)
+        try:
+            os.rename(tmp, final)
+        except BaseException:
+            if replaced:
+                os.rename(old, final)  # put the previous checkpoint back
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+
+    _on_rank0(prepare, process_group, "preparing")
     state: dict[str, Any] = {"model": get_model_state_dict(model)}
-    if torch_opt is not None:
+    # An optimizer that never stepped has no state: save none (asking DCP for it would run a zero step that
+    # advances Adam's step count); loading then leaves the (fresh) optimizer as it is.
+    if torch_opt is not None and torch_opt.state:
         state["optim"] = get_optimizer_state_dict(model, torch_opt)
     if owner is not None:
         state["schedule"] = {"scheduler": owner.scheduler.state_dict(), "skipped_steps": int(owner.skipped_steps)}
@@ -187,28 +233,11 @@ def save_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
         with _dcp_quiet():
             dcp.save(state, checkpoint_id=str(tmp), process_group=process_group, no_dist=not _distributed())
         _barrier(process_group)
-        if rank == 0:
-            info = {
-                "format": FORMAT,
-                "world_size": _world_size(process_group),
-                "wrapping": _wrapping(model),
-                "model_class": _model_class(model),
-                "has_optimizer": torch_opt is not None,
-                "has_schedule": owner is not None,
-                "torch": torch.__version__,
-            }
-            (tmp / _INFO).write_text(json.dumps(info, indent=1) + "\n")
-            old = final.parent / f".{final.name}.old"
-            if final.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
+        _on_rank0(publish, process_group, "publishing")  # every rank returns once the checkpoint is in place
     except BaseException:
-        if rank == 0:
+        if _rank(process_group) == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _barrier(process_group)  # nobody returns before the checkpoint is in place
 
 
 def load_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, process_group: Any = None) -> None:
@@ -231,7 +260,7 @@ def load_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
             state while one was asked for; or an unknown format.
     """
     path = Path(path)
-    _require_checkpoint(path)
+    info = _require_checkpoint(path)
     torch_opt, owner = _split_optimizer(optimizer)
     stored = _stored_keys(path)
     state: dict[str, Any] = {"model": get_model_state_dict(model)}
@@ -242,15 +271,16 @@ def load_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
             "it was saved from another architecture"
         )
     if torch_opt is not None:
-        if not any(k.startswith("optim.") for k in stored):
+        if not info.get("has_optimizer"):
             raise ValueError(f"sharded checkpoint {str(path)!r} holds no optimizer state (saved with optimizer=None)")
-        state["optim"] = get_optimizer_state_dict(model, torch_opt)  # initialises a fresh optimizer's state
+        if any(k.startswith("optim.") for k in stored):  # else saved before the first step: nothing to restore
+            state["optim"] = get_optimizer_state_dict(model, torch_opt)  # initialises a fresh optimizer's state
     if owner is not None and "schedule.skipped_steps" in stored:
         state["schedule"] = {"scheduler": owner.scheduler.state_dict(), "skipped_steps": 0}
     with _dcp_quiet():
         dcp.load(state, checkpoint_id=str(path), process_group=process_group, no_dist=not _distributed())
     set_model_state_dict(model, state["model"])
-    if torch_opt is not None:
+    if "optim" in state:
         set_optimizer_state_dict(model, torch_opt, state["optim"])
     if "schedule" in state:
         owner.scheduler.load_state_dict(state["schedule"]["scheduler"])

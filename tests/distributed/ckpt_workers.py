@@ -84,6 +84,10 @@ def logits(model, vocab: int) -> torch.Tensor:
         return model(input_ids=probe(vocab)).logits.float()
 
 
+def _refuse_rename(src, dst):
+    raise OSError(f"cannot rename {src} (simulated)")
+
+
 def run(rank: int, world_size: int, tmp: str) -> None:
     """Entry point for ``torch.multiprocessing.spawn(run, args=(world_size, tmp))``; ``tmp/config`` must hold
     tiny-llama's Hugging Face config and tokenizer (for the export)."""
@@ -121,6 +125,20 @@ def run(rank: int, world_size: int, tmp: str) -> None:
         import_hf(tmp_path / "hf", imported)
         out["imported"] = full_state(imported, None)
         out["imported_logits"] = logits(imported, vocab)
+        # rank 0 fails to publish a checkpoint: every rank raises, none waits forever
+        import types
+
+        import drmas_train.distributed.checkpoint as ckpt_mod
+
+        real_os = ckpt_mod.os
+        if rank == 0:
+            ckpt_mod.os = types.SimpleNamespace(rename=_refuse_rename)
+        try:
+            save_sharded(model, opt, tmp_path / "refused")
+        except Exception as err:  # the test asserts the type and message
+            out["publish_error"] = f"{type(err).__name__}: {err}"
+        finally:
+            ckpt_mod.os = real_os
         torch.save(out, tmp_path / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()

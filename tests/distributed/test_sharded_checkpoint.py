@@ -128,6 +128,14 @@ def test_import_hf_fills_a_sharded_model(two_ranks):
 
 
 @pytest.mark.slow
+def test_a_failure_on_rank_0_raises_on_every_rank(two_ranks):
+    tmp, res = two_ranks
+    assert res[0]["publish_error"].startswith("OSError: cannot rename") and "(simulated)" in res[0]["publish_error"]
+    assert res[1]["publish_error"].startswith("RuntimeError: rank 0 failed publishing the sharded checkpoint: OSError")
+    assert not (tmp / "refused").exists() and not (tmp / ".refused.partial").exists()
+
+
+@pytest.mark.slow
 def test_the_exported_folder_evaluates_through_drmas_eval(two_ranks, capsys):
     from drmas_train.cli import main
 
@@ -170,6 +178,18 @@ def test_single_process_exact_resume_with_schedule(saved):
     load_sharded(model2, opt2, path)
     assert opt2.scheduler.last_epoch == 1 and opt2.lr == pytest.approx(1e-2)  # warm-up 2: step 1 -> full lr
     _step(model2, opt2, 1)
+    assert_same(model2.state_dict(), model.state_dict())
+    assert_same(opt2.optimizer.state_dict()["state"], opt.optimizer.state_dict()["state"])
+
+
+def test_a_save_before_the_first_step_leaves_the_optimizer_untouched(tmp_path):
+    model, opt = _tiny()
+    save_sharded(model, opt, tmp_path / "ck0")
+    assert not opt.optimizer.state, "saving must not initialise Adam's state (that would count a step)"
+    model2, opt2 = _tiny(seed=1)
+    load_sharded(model2, opt2, tmp_path / "ck0")
+    for m, o in ((model, opt), (model2, opt2)):
+        _step(m, o, 0)
     assert_same(model2.state_dict(), model.state_dict())
     assert_same(opt2.optimizer.state_dict()["state"], opt.optimizer.state_dict()["state"])
 
