@@ -1,4 +1,5 @@
-"""The distributed variants of the paper presets (``drmas_train/configs/*_dist.yaml``)."""
+"""The distributed variants of the paper presets (``drmas_train/configs/*_dist.yaml``): each is its base preset
+plus a ``distributed:`` section, its own ``run.dir`` and the driver-side model placement the Ray path requires."""
 
 from __future__ import annotations
 
@@ -32,5 +33,10 @@ def test_a_distributed_variant_adds_only_the_distributed_section(base):
     assert (d.enabled, d.address, d.num_nodes, d.devices_per_node, d.colocate, d.strategy) == (True, None, 1, gpus, True, "fsdp2")
     assert d.world_size == {model: gpus for model in cfg.models}  # colocated: every group spans every GPU
     assert cfg.run.dir == f"runs/{base}_dist"
-    cfg.distributed, cfg.run.dir = ref.distributed, ref.run.dir
+    # the same models, as the driver's CPU copy with the HF engine (workers place their own copies on GPUs)
+    assert {k: (m.name_or_path, m.dtype) for k, m in cfg.models.items()} == {
+        k: (m.name_or_path, m.dtype) for k, m in ref.models.items()
+    }
+    assert {(m.device, m.backend) for m in cfg.models.values()} == {("cpu", "hf")}
+    cfg.distributed, cfg.run.dir, cfg.models = ref.distributed, ref.run.dir, ref.models
     assert cfg == ref
