@@ -266,7 +266,16 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
     """1-rank FSDP2 PPO updates through torch.distributed and a sharded checkpoint round trip."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # torch >= 2.6
+    except ImportError:
+        try:
+            from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard  # torch 2.4-2.5
+        except ImportError as err:
+            raise MachineError(f"torch {torch.__version__} has no FSDP2 (fully_shard); torch >= 2.4 needed") from err
+    if not dist.is_available() or (args.device == "cuda" and not dist.is_nccl_available()):
+        raise MachineError(f"torch {torch.__version__} was built without torch.distributed / NCCL")
 
     from drmas_train.distributed.checkpoint import load_sharded, save_sharded
     from drmas_train.losses import PolicyLossConfig
@@ -360,11 +369,22 @@ def main(argv: list[str] | None = None) -> int:
             }  # fmt: skip
             del loaded
             result["single"], cfg, samples = run_single(args, dtype, work)
+            fsdp_error: BaseException | None = None
             if args.fsdp_steps:
-                result["fsdp"] = run_fsdp(args, dtype, work, cfg, samples)
-        result["loss_finite"] = result["single"]["loss_finite"] and result.get("fsdp", {}).get("loss_finite", True)
-        result["ok"] = result["loss_finite"] and result.get("fsdp", {}).get("checkpoint_roundtrip", True)
-        code = 0 if result["ok"] else EXIT_NONFINITE
+                try:  # a failure here keeps the single-process figures in the JSON
+                    result["fsdp"] = run_fsdp(args, dtype, work, cfg, samples)
+                except Exception as err:
+                    traceback.print_exc()
+                    result["fsdp"] = {"error": f"{type(err).__name__}: {err}"}
+                    fsdp_error = err
+        fsdp = result.get("fsdp", {})
+        result["loss_finite"] = result["single"]["loss_finite"] and fsdp.get("loss_finite", fsdp_error is None)
+        result["ok"] = result["loss_finite"] and fsdp.get("checkpoint_roundtrip", fsdp_error is None)
+        if fsdp_error is not None:
+            result["error"] = f"fsdp: {result['fsdp']['error']}"
+            code = EXIT_MISSING if isinstance(fsdp_error, MachineError) else EXIT_FAILED
+        else:
+            code = 0 if result["ok"] else EXIT_NONFINITE
     except UsageError as err:
         result["error"] = str(err)
         code = EXIT_USAGE
