@@ -6,13 +6,15 @@ checkpoint is one DCP directory written by all ranks together, each rank writing
     <path>/
         .metadata            DCP's global index (written last, by rank 0)
         __<rank>_0.distcp    the shards each rank wrote
-        drmas_sharded.json   {"format", "world_size", "wrapping", "model_class", "has_optimizer", "torch"}
+        drmas_sharded.json   {"format", "world_size", "wrapping", "model_class", "has_optimizer",
+                              "optimizer_state", "has_schedule", "torch"}
 
 State layout inside it (canonical FQNs from ``torch.distributed.checkpoint.state_dict``, so the wrapping, the
 number of ranks and the sharding may all differ between save and load; DCP reshards on load):
 
     ``model.<fqn>``       the model's parameters and persistent buffers (``get_model_state_dict``)
-    ``optim.<...>``       the optimizer state keyed by parameter FQN (``get_optimizer_state_dict``)
+    ``optim.<...>``       the optimizer state keyed by parameter FQN (``get_optimizer_state_dict``); absent when
+                          the optimizer never stepped (``optimizer_state: false``): there is nothing to restore
     ``schedule``          for a :class:`~drmas_train.optim.ModelOptimizer`: the LR scheduler state and the
                           skipped-step counter (pickled by DCP, written once)
 
