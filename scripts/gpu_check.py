@@ -93,9 +93,8 @@ def preflight(device: str) -> dict[str, Any]:
     if missing:
         raise MachineError(f"missing Python packages {missing}; install drmas's dependencies (pip install -e .)")
     import torch
-    import transformers
 
-    info = {"torch": torch.__version__, "transformers": transformers.__version__, "cuda": torch.version.cuda}
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda}
     if device == "cuda":
         if not torch.cuda.is_available():
             raise MachineError(
@@ -107,6 +106,9 @@ def preflight(device: str) -> dict[str, Any]:
         import platform
 
         info["device"] = f"cpu ({platform.processor() or platform.machine()})"
+    import transformers  # after the CUDA check: importing it takes seconds
+
+    info["transformers"] = transformers.__version__
     return info
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -42,17 +43,26 @@ def test_cpu_run_prints_one_json_line_with_the_figures():
     assert out["torch"] and out["transformers"] and out["device"].startswith("cpu")
 
 
-def test_bad_arguments_exit_2_with_a_json_error():
-    code, lines, _ = run_check("--device", "cpu", "--hidden", "30", "--heads", "4", timeout=60)
-    assert code == 2
-    assert json.loads(lines[-1])["error"] == "--hidden (30) must divide by --heads (4), which must divide by --kv-heads (4)"
+def _script():
+    """scripts/gpu_check.py imported as a module (its main() runs in this process)."""
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_cuda_requested_without_a_gpu_exits_3():
+def test_bad_arguments_exit_2_with_a_json_error(capsys):
+    assert _script().main(["--device", "cpu", "--hidden", "30", "--heads", "4"]) == 2
+    out = json.loads(capsys.readouterr().out.strip())
+    assert out["error"] == "--hidden (30) must divide by --heads (4), which must divide by --kv-heads (4)"
+
+
+def test_cuda_requested_without_a_gpu_exits_3(capsys):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    code, lines, _ = run_check("--device", "cuda", timeout=120)
-    assert code == 3
-    out = json.loads(lines[-1])
+    assert _script().main(["--device", "cuda"]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
     assert out["ok"] is False and out["error"].startswith("CUDA is not available")
