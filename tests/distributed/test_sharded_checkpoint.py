@@ -10,6 +10,7 @@ forward may fuse differently).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,45 @@ def test_export_and_import_round_trip_and_refusals(saved, tmp_path):
         export_hf(path, tmp_path / "hf3", model_config_dir=tmp_path)
     with pytest.raises(FileNotFoundError, match="no \\*.safetensors weights"):
         import_hf(tmp_path, fresh)
+
+
+_KILLED_SAVE = """
+import os, signal, sys, torch
+import drmas_train.distributed.checkpoint as ck
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+opt = torch.optim.AdamW(model.parameters())
+model(torch.ones(3, 4)).sum().backward()
+opt.step()
+path = sys.argv[1]
+ck.save_sharded(model, opt, path)                       # a complete checkpoint
+torch.save({k: v.clone() for k, v in model.state_dict().items()}, path + ".expected.pt")
+with torch.no_grad():
+    for p in model.parameters():
+        p.add_(1.0)
+real_save = ck.dcp.save
+def save_then_die(*args, **kwargs):                     # every shard and .metadata written, then SIGKILL
+    real_save(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+ck.dcp.save = save_then_die
+ck.save_sharded(model, opt, path)                       # replaced... but the process dies first
+"""
+
+
+def test_a_sigkilled_save_keeps_the_previous_checkpoint(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "ck"
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's drmas_train, whatever is installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(path)], capture_output=True, text=True,
+                          timeout=120, env=env)  # fmt: skip
+    assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL: no exception handler or cleanup ran
+    partial = tmp_path / ".ck.partial"
+    assert (partial / ".metadata").is_file() and not is_sharded_checkpoint(partial)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    load_sharded(model, None, path)  # the previous, complete checkpoint
+    assert_same(model.state_dict(), torch.load(str(path) + ".expected.pt"))
+    save_sharded(model, None, path)  # the next save clears the leftover
+    assert not partial.exists() and is_sharded_checkpoint(path)
