@@ -121,6 +121,7 @@ def run(rank: int, world_size: int, tmp: str) -> None:
         ddp, _ = build("ddp", seed=2)
         load_sharded(ddp, None, tmp_path / "ckpt")
         out["ddp_loaded"] = full_state(ddp, None)
+        save_sharded(ddp, None, tmp_path / "ckpt_ddp")  # replicas: DCP writes each tensor once
         imported, _ = build("fsdp2", seed=3)
         import_hf(tmp_path / "hf", imported)
         out["imported"] = full_state(imported, None)

@@ -105,6 +105,16 @@ def test_a_ddp_model_loads_the_fsdp2_checkpoint(two_ranks):
 
 
 @pytest.mark.slow
+def test_a_ddp_checkpoint_loads_into_one_plain_process(two_ranks):
+    tmp, res = two_ranks
+    info = json.loads((tmp / "ckpt_ddp" / "drmas_sharded.json").read_text())
+    assert (info["wrapping"], info["world_size"], info["has_optimizer"]) == ("ddp", 2, False)
+    plain = load_model({"name_or_path": "tiny-llama", "seed": 7}).model
+    load_sharded(plain, None, tmp / "ckpt_ddp")
+    assert_same(plain.state_dict(), res[0]["saved"]["model"])
+
+
+@pytest.mark.slow
 def test_export_hf_loads_with_load_model_and_gives_the_same_logits(two_ranks):
     tmp, res = two_ranks
     assert sorted(p.name for p in (tmp / "hf").iterdir() if p.suffix in (".json", ".safetensors", ".jinja")) == [
