@@ -127,20 +127,17 @@ class TrainWorker:
         return [ray.put(state)] if self.rank == 0 else []
 
     def save(self, path: str) -> None:
-        """Collective: sharded checkpoint of the model and optimizer under ``path`` (DCP)."""
-        save_sharded, _ = _sharded_io()
-        save_sharded(self.model, self.opt.optimizer, path)
-        if self.rank == 0:
-            torch.save({"scheduler": self.opt.scheduler.state_dict(), "skipped_steps": self.opt.skipped_steps},
-                       os.path.join(path, "schedule.pt"))  # fmt: skip
+        """Collective: sharded checkpoint of the model and its :class:`~drmas_train.optim.ModelOptimizer` (AdamW state,
+        LR schedule, skip counter) under ``path`` (:func:`drmas_train.distributed.checkpoint.save_sharded`, DCP, atomic)."""
+        from drmas_train.distributed.checkpoint import save_sharded
+
+        save_sharded(self.model, self.opt, path)
 
     def load(self, path: str) -> None:
         """Collective: inverse of :meth:`save`."""
-        _, load_sharded = _sharded_io()
-        load_sharded(self.model, self.opt.optimizer, path)
-        extra = torch.load(os.path.join(path, "schedule.pt"), weights_only=False)
-        self.opt.scheduler.load_state_dict(extra["scheduler"])
-        self.opt.skipped_steps = int(extra["skipped_steps"])
+        from drmas_train.distributed.checkpoint import load_sharded
+
+        load_sharded(self.model, self.opt, path)
 
     def pid(self) -> int:
         """The rank's process id (tests kill it)."""
@@ -151,31 +148,6 @@ class TrainWorker:
 
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _sharded_io() -> tuple[Callable, Callable]:
-    """``(save_sharded, load_sharded)`` of :mod:`drmas_train.distributed.checkpoint`; until that module exists, a
-    minimal torch.distributed.checkpoint fallback with the same signatures."""
-    try:
-        from drmas_train.distributed.checkpoint import load_sharded, save_sharded
-
-        return save_sharded, load_sharded
-    except ImportError:
-        pass
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    def save_sharded(model, optimizer, path, *, process_group=None):
-        msd, osd = get_state_dict(model, optimizer)
-        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path), process_group=process_group)
-
-    def load_sharded(model, optimizer, path, *, process_group=None):
-        msd, osd = get_state_dict(model, optimizer)
-        state = {"model": msd, "optim": osd}
-        dcp.load(state, checkpoint_id=str(path), process_group=process_group)
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-
-    return save_sharded, load_sharded
 
 
 class GenerationWorker:
