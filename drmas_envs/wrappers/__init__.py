@@ -7,6 +7,7 @@ adapter                         for                                          che
 :class:`TokenSpaces`            numeric MARL (token-id arrays + mask)         ``api_test``; TorchRL PettingZooWrapper
 :class:`DiscreteChoices`        categorical agents (approve/reject, yes/no)   ``api_test``; TorchRL PettingZooWrapper
 :class:`NumericInfos`           libraries that tensorise infos (TorchRL)      ``api_test``
+:class:`MaskedSpaces`           identical spaces + ``action_mask`` (Tianshou)  ``api_test``; Tianshou PettingZooEnv
 :class:`SingleAgentEnv`         ``gymnasium.Env`` consumers, ``drmas/<id>``   ``gymnasium.utils.env_checker.check_env``
 :mod:`.dataset_export`          LLM-RL trainers (TRL prompt/completion)       TRL dataset formats
 ==============================  ===========================================  ======================================
@@ -25,6 +26,7 @@ from drmas_envs.wrappers.dataset_export import (
     write_jsonl,
 )
 from drmas_envs.wrappers.discrete_choices import ROUTER_CHOICES, VERIFIER_CHOICES, DiscreteChoices
+from drmas_envs.wrappers.masked_spaces import MaskedSpaces
 from drmas_envs.wrappers.numeric_infos import DEFAULT_NUMERIC_INFO_FIELDS, NumericInfos
 from drmas_envs.wrappers.parallel import TurnBasedParallelEnv, to_parallel
 from drmas_envs.wrappers.single_agent import (
@@ -47,6 +49,7 @@ __all__ = [
     "VERIFIER_CHOICES",
     "ROUTER_CHOICES",
     "NumericInfos",
+    "MaskedSpaces",
     "DEFAULT_NUMERIC_INFO_FIELDS",
     "SingleAgentEnv",
     "RandomPolicy",

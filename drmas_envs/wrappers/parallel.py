@@ -25,7 +25,7 @@ Which signal a trainer acts on (so that no trainer counts a non-acting agent's n
 - RLlib ``ParallelPettingZooEnv``: ``to_parallel(env, acting_only=True)``. RLlib's ``MultiAgentEnv`` contract:
   the agents in a step's observation dict are the ones that act next; the others only collect rewards.
 - RLlib ``PettingZooEnv`` and Tianshou's ``PettingZooEnv``: the AEC env itself (``agent_selection``: one agent
-  per step; Tianshou also needs :class:`~drmas_envs.wrappers.TianshouSpaces`).
+  per step; Tianshou also needs :class:`~drmas_envs.wrappers.MaskedSpaces`).
 - TorchRL ``PettingZooWrapper``: the AEC env with ``use_mask=True`` (``(group, "mask")`` is the acting agent).
   Its parallel mode marks every *live* agent in ``mask``, so there the learner must mask by ``is_acting``.
 - PettingZoo's ``parallel_api_test`` and all-agent batch learners: ``to_parallel(env)`` (the default): every

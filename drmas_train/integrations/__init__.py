@@ -4,16 +4,13 @@ One module per library; each imports its library lazily (inside functions), so i
 ``drmas_envs``, never pulls in Ray, Tianshou or SB3. Install them with the ``marl`` extra
 (``pip install -e ".[marl]"``). See ``docs/plugging-in.md`` for which adapter each library needs and why.
 
-==========================  ==============================================================  ==================
-module                      what it builds                                                  library
-==========================  ==============================================================  ==================
-:mod:`.rllib`               multi-agent PPO (new API stack) through ``ParallelPettingZooEnv``  ray[rllib] 2.60
-                            over ``to_parallel(..., acting_only=True)``, plus the token
-                            observation connector
-:mod:`.tianshou`            a Tianshou ``PettingZooEnv`` over :class:`~drmas_envs.wrappers.   tianshou 2.0
-                            TianshouSpaces` and a random multi-agent collector
-:mod:`.sb3`                 a Stable-Baselines3 PPO on ``gymnasium.make("drmas/<id>")``     stable-baselines3 2.9
-==========================  ==============================================================  ==================
+- :mod:`.rllib_ppo` (``ray[rllib]`` 2.60): multi-agent PPO on the new API stack through
+  ``ParallelPettingZooEnv`` over ``to_parallel(..., acting_only=True)``, with the ``TokenObservations``
+  env-to-module connector.
+- :mod:`.tianshou_marl` (``tianshou`` 2.0): a Tianshou ``PettingZooEnv`` over
+  :class:`~drmas_envs.wrappers.MaskedSpaces` (identical spaces, ``{"observation", "action_mask"}``) and a
+  multi-agent collector.
+- :mod:`.sb3_ppo` (``stable-baselines3`` 2.9): SB3 PPO on one agent of ``gymnasium.make("drmas/<id>")``.
 
 The shared piece is :func:`numeric_aec_env`: the adapter stack every numeric library gets (choices for
 categorical agents, token ids over a small action vocabulary for the writers).

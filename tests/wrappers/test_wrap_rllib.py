@@ -1,6 +1,6 @@
 """Real RLlib (new API stack): multi-agent PPO on math-solver-verifier-v0 through ParallelPettingZooEnv.
 
-The recipe is :mod:`drmas_train.integrations.rllib`: ``to_parallel(..., acting_only=True)`` so RLlib logs one
+The recipe is :mod:`drmas_train.integrations.rllib_ppo`: ``to_parallel(..., acting_only=True)`` so RLlib logs one
 agent step per env step (only the acting agent), and the ``TokenObservations`` connector.
 """
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from drmas_train.integrations.rllib import _encode as encode_tokens
-from drmas_train.integrations.rllib import token_observation_space
+from drmas_train.integrations.rllib_ppo import _encode as encode_tokens
+from drmas_train.integrations.rllib_ppo import token_observation_space
 
 QWEN_PAD = 151643
 
@@ -49,7 +49,7 @@ def test_rllib_multi_agent_ppo_trains_only_on_acting_agents_steps(qwen_tokenizer
     torch = pytest.importorskip("torch")
     import ray
 
-    from drmas_train.integrations.rllib import ppo_config
+    from drmas_train.integrations.rllib_ppo import ppo_config
 
     qwen_tokenizer.save(str(tmp_path / "tokenizer.json"))
     torch.set_num_threads(1)
