@@ -34,48 +34,16 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium
-import numpy as np
+
+from drmas_train.integrations.numeric_env import token_feature_space, token_features
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; ray is imported lazily
     from ray.rllib.algorithms.ppo import PPOConfig
 
-__all__ = ["ENV_NAME", "TokenObservations", "make_rllib_env", "ppo_config", "token_observation_space"]  # noqa: F822 (lazy)
+__all__ = ["ENV_NAME", "TokenObservations", "make_rllib_env", "ppo_config"]  # noqa: F822 (lazy)
 
 #: Name under which :func:`ppo_config` registers :func:`make_rllib_env` with ``ray.tune``.
 ENV_NAME = "drmas-parallel"
-
-
-def token_observation_space(space: gymnasium.spaces.Space) -> gymnasium.spaces.Space:
-    """Output space of :class:`TokenObservations` for one agent's input space.
-
-    A ``Dict`` with ``input_ids`` and ``attention_mask`` (``O`` each) and other keys of flat size ``n``
-    becomes ``Box(0, 1, (2*O + n,), float32)``; any other space is returned unchanged.
-
-    Raises:
-        ValueError: a token ``Dict`` whose extra keys are not all ``Box(0, 1)`` / ``Discrete`` /
-            ``MultiBinary`` (``action_mask`` and other flags), which would not fit in ``[0, 1]``.
-    """
-    if not (isinstance(space, gymnasium.spaces.Dict) and {"input_ids", "attention_mask"} <= set(space.spaces)):
-        return space
-    extra = {k: s for k, s in space.spaces.items() if k not in ("input_ids", "attention_mask")}
-    size = 2 * int(space["input_ids"].shape[0])
-    for key, sub in extra.items():
-        flat = gymnasium.spaces.flatten_space(sub)
-        if not (isinstance(flat, gymnasium.spaces.Box) and np.all(flat.low >= 0) and np.all(flat.high <= 1)):
-            raise ValueError(f"observation key {key!r} ({sub}) does not flatten into [0, 1]; drop or rescale it")
-        size += int(flat.shape[0])
-    return gymnasium.spaces.Box(0.0, 1.0, (size,), dtype=np.float32)
-
-
-def _encode(observation: Mapping[str, Any], space: gymnasium.spaces.Dict) -> np.ndarray:
-    ids = np.asarray(observation["input_ids"], dtype=np.float64)
-    mask = np.asarray(observation["attention_mask"], dtype=np.float32)
-    high = float(space["input_ids"].high.max()) or 1.0
-    parts = [(ids / high).astype(np.float32) * mask, mask]
-    for key, sub in space.spaces.items():
-        if key not in ("input_ids", "attention_mask"):
-            parts.append(gymnasium.spaces.flatten(sub, observation[key]).astype(np.float32))
-    return np.concatenate(parts)
 
 
 def _make_token_observations_class() -> type:
@@ -93,16 +61,16 @@ def _make_token_observations_class() -> type:
         def recompute_output_observation_space(self, input_observation_space, input_action_space):
             self._input_spaces = dict(input_observation_space.spaces)
             return gymnasium.spaces.Dict(
-                {agent: token_observation_space(s) for agent, s in self._input_spaces.items()}
+                {agent: token_feature_space(s) for agent, s in self._input_spaces.items()}
             )
 
         def __call__(self, *, rl_module, batch, episodes, explore=None, shared_data=None, **kwargs):
             for sa_episode in self.single_agent_episode_iterator(episodes, agents_that_stepped_only=True):
                 space = self._input_spaces[sa_episode.agent_id]
-                if token_observation_space(space) is space:
+                if token_feature_space(space) is space:
                     continue
                 observation = sa_episode.get_observations(-1)
-                sa_episode.set_observations(at_indices=-1, new_data=_encode(observation, space))
+                sa_episode.set_observations(at_indices=-1, new_data=token_features(observation, space))
                 sa_episode.observation_space = self.observation_space[sa_episode.agent_id]
             return batch
 

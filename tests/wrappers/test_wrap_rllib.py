@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from drmas_train.integrations.rllib_ppo import _encode as encode_tokens
-from drmas_train.integrations.rllib_ppo import token_observation_space
+from drmas_train.integrations.numeric_env import token_feature_space as token_observation_space
+from drmas_train.integrations.numeric_env import token_features as encode_tokens
 
 QWEN_PAD = 151643
 
