@@ -37,13 +37,14 @@ from drmas_envs.wrappers.single_agent import (
     make_single_agent_env,
     register_gymnasium_envs,
 )
-from drmas_envs.wrappers.token_spaces import TokenSpaces, encode_ids, vocab_size_of
+from drmas_envs.wrappers.token_spaces import TokenSpaces, action_vocab_of, encode_ids, vocab_size_of
 
 __all__ = [
     "to_parallel",
     "TurnBasedParallelEnv",
     "TokenSpaces",
     "encode_ids",
+    "action_vocab_of",
     "vocab_size_of",
     "DiscreteChoices",
     "VERIFIER_CHOICES",

@@ -46,7 +46,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
-__all__ = ["TextTokenizer", "TokenSpaces", "encode_ids", "vocab_size_of"]
+__all__ = ["TextTokenizer", "TokenSpaces", "action_vocab_of", "encode_ids", "vocab_size_of"]
 
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
@@ -72,6 +72,15 @@ def encode_ids(tokenizer: TextTokenizer, text: str) -> list[int]:
             f"tokenizer.encode must return a list of ints or an object with .ids, got {type(encoded).__name__}"
         )
     return [int(i) for i in ids]
+
+
+def action_vocab_of(tokenizer: TextTokenizer, text: str, pad_id: int) -> list[int]:
+    """Sorted distinct token ids of ``text`` plus ``pad_id``: an ``action_vocab`` for :class:`TokenSpaces`.
+
+    E.g. ``action_vocab_of(qwen, r"\\boxed{0123456789}", pad)`` is 15 ids (the Qwen3 tokens of ``\\``,
+    ``boxed``, ``{``, ``}``, ten digits, and the pad), enough to write any boxed integer.
+    """
+    return sorted({*encode_ids(tokenizer, text), int(pad_id)})
 
 
 def vocab_size_of(tokenizer: Any) -> int:

@@ -22,7 +22,7 @@ from drmas_envs.wrappers import (
     DiscreteChoices,
     NumericInfos,
     TokenSpaces,
-    encode_ids,
+    action_vocab_of,
 )
 
 __all__ = ["DEFAULT_CHOICES", "boxed_answer_vocab", "numeric_aec_env", "token_feature_space", "token_features"]
@@ -40,7 +40,7 @@ def boxed_answer_vocab(tokenizer: Any, pad_id: int, text: str = r"\boxed{0123456
 
     With the Qwen3 tokenizer this is 14 ids (``\\``, ``boxed``, ``{``, ``}``, ten digits) plus the pad.
     """
-    return sorted({*encode_ids(tokenizer, text), int(pad_id)})
+    return action_vocab_of(tokenizer, text, pad_id)
 
 
 def numeric_aec_env(

@@ -10,7 +10,7 @@ from gymnasium import spaces
 from pettingzoo.test import api_test, parallel_api_test
 from wrappers_toy_envs import EchoEnv, VerifyLoopEnv
 
-from drmas_envs.wrappers import TokenSpaces, encode_ids, to_parallel, vocab_size_of
+from drmas_envs.wrappers import TokenSpaces, action_vocab_of, encode_ids, to_parallel, vocab_size_of
 
 
 def test_observation_is_padded_token_ids_with_mask(tiny_tokenizer):
@@ -146,6 +146,7 @@ def test_action_vocab_maps_action_values_to_token_ids(tiny_tokenizer):
 def test_action_vocab_qwen_boxed_digits_fit_a_stock_policy(qwen_tokenizer):
     pad = qwen_tokenizer.token_to_id("<|endoftext|>")
     vocab = sorted({*qwen_tokenizer.encode(r"\boxed{0123456789}").ids, pad})
+    assert action_vocab_of(qwen_tokenizer, r"\boxed{0123456789}", pad) == vocab and len(vocab) == 15
     env = TokenSpaces(VerifyLoopEnv(), qwen_tokenizer, 64, 16, pad_id=pad, action_vocab=vocab)
     assert int(env.action_space("solver").nvec.sum()) == 16 * len(vocab) <= 256
     for text in [r"\boxed{42}", r"\boxed{7}", "1234"]:
