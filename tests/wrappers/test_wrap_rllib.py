@@ -82,7 +82,8 @@ def test_rllib_multi_agent_ppo_trains_only_on_acting_agents_steps(qwen_tokenizer
             # What reaches the learner: the env runner's episodes. One agent step per env step, i.e. the acting
             # agent's only; a no-op of the waiting agent would add a second agent step to that env step.
             episodes = algo.env_runner.sample(num_timesteps=40, random_actions=False)
-            done = [ep for ep in episodes if ep.is_done]
+            # Whole episodes only (a sample may continue an episode that an earlier sample started).
+            done = [ep for ep in episodes if ep.is_done and ep.env_t_started == 0]
             assert len(done) >= 5
             for ep in done:
                 steps = {aid: len(sa) for aid, sa in ep.agent_episodes.items()}
