@@ -15,6 +15,9 @@ Example (``tianshou==2.0.1``)::
     algorithm = random_marl_algorithm(env)                 # or MultiAgentOffPolicyAlgorithm([DQN(...), ...])
     collector = Collector(algorithm, DummyVectorEnv([lambda: env]), VectorReplayBuffer(1000, 1))
     collector.collect(n_step=100, reset_before_collect=True)
+
+Tianshou numba-compiles its replay-buffer helpers at first use (about 25 s of CPU); for short runs and
+tests, ``NUMBA_DISABLE_JIT=1`` (set before importing tianshou) skips that.
 """
 
 from __future__ import annotations

@@ -86,8 +86,11 @@ class _Recorder(BaseWrapper):
             self.step_rewards.append(dict(self.env.rewards))
 
 
-@pytest.mark.slow  # imports tianshou (numba, h5py, tensorboard): ~15 s on 2 busy cores
-def test_tianshou_collects_on_math_solver_verifier_only_acting_agents_steps(qwen_tokenizer):
+@pytest.mark.slow  # imports tianshou (torch, h5py, tensorboard): ~20 s on 2 busy cores
+def test_tianshou_collects_on_math_solver_verifier_only_acting_agents_steps(qwen_tokenizer, monkeypatch):
+    numba = pytest.importorskip("numba")
+    # Tianshou numba-compiles its buffer helpers on first use (~25 s of CPU); 60 steps run faster interpreted.
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
     pytest.importorskip("tianshou")
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv, PettingZooEnv
