@@ -98,3 +98,40 @@ def test_rllib_multi_agent_ppo_trains_only_on_acting_agents_steps(qwen_tokenizer
             algo.stop()
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize(("acting_only", "agent_steps_per_env_step"), [(False, 2), (True, 1)])
+def test_rllib_episode_logs_one_agent_step_per_env_step_only_with_acting_only(
+    tiny_tokenizer, acting_only, agent_steps_per_env_step
+):
+    """RLlib's own episode bookkeeping (``MultiAgentEpisode``) on both Parallel views, as its env runner feeds it.
+
+    The default view observes both agents every step, so RLlib computes and logs an action for the waiting
+    agent too (a no-op trained as a decision); ``acting_only=True`` logs exactly the acting agent's step.
+    """
+    pytest.importorskip("ray.rllib")
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
+    from wrappers_toy_envs import VerifyLoopEnv
+
+    from drmas_envs.wrappers import VERIFIER_CHOICES, DiscreteChoices, TokenSpaces, to_parallel
+
+    aec = TokenSpaces(
+        DiscreteChoices(VerifyLoopEnv(max_loops=3), {"verifier": VERIFIER_CHOICES}), tiny_tokenizer, 8, 2, pad_id=0
+    )
+    env = ParallelPettingZooEnv(to_parallel(aec, acting_only=acting_only))
+    for space in env.action_space.values():
+        space.seed(0)
+    env_steps = agent_steps = 0
+    for episode_index in range(5):
+        episode = MultiAgentEpisode(observation_space=env.observation_space, action_space=env.action_space)
+        obs, infos = env.reset(seed=episode_index)
+        episode.add_env_reset(observations=obs, infos=infos)
+        while not episode.is_done:
+            actions = {agent: env.action_space[agent].sample() for agent in obs}  # RLlib acts for observed agents
+            obs, rewards, terms, truncs, infos = env.step(actions)
+            episode.add_env_step(obs, actions, rewards, infos=infos, terminateds=terms, truncateds=truncs)
+        env_steps += episode.env_t
+        agent_steps += sum(len(sa) for sa in episode.agent_episodes.values())
+    assert env_steps >= 10
+    assert agent_steps == agent_steps_per_env_step * env_steps
