@@ -1,6 +1,8 @@
 """RLlib recipe: multi-agent PPO (new API stack) on a drmas env, one RLModule per agent.
 
-Data path (``langfengQ/DrMAS`` trains each agent's own model on its own turns; this is the numeric analogue)::
+Data path. The reference splits each batch by worker group so every agent's model trains on its own turns
+(``langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1225``, ``split_batch_by_wg_ids``); this is the numeric analogue,
+one RLModule per agent::
 
     drmas env ──numeric_aec_env──► token ids / choices ──to_parallel(acting_only=True)──►
     ParallelPettingZooEnv ──TokenObservations (env-to-module connector)──► float vectors ──► PPO, module per agent
@@ -54,7 +56,7 @@ def _make_token_observations_class() -> type:
 
         For every agent that stepped, the last observation of its episode is replaced by
         ``concat(input_ids / (V - 1) * attention_mask, attention_mask, flatten(other keys))``, shape
-        ``(2*O + n,)`` float32 (see :func:`token_observation_space`). Agents whose space is not a token
+        ``(2*O + n,)`` float32 (see :func:`~drmas_train.integrations.numeric_env.token_feature_space`). Agents whose space is not a token
         ``Dict`` pass through unchanged.
         """
 
@@ -96,23 +98,24 @@ def make_rllib_env(env_config: Mapping[str, Any]) -> Any:
 
     ``env_config`` keys: ``env_id`` (required), ``tokenizer_file`` (a ``tokenizer.json``, required),
     ``pad_id`` (required), ``max_obs_tokens``, ``max_act_tokens``, ``action_vocab``, ``choices``,
-    ``env_kwargs`` (passed to ``drmas_envs.make``). Strings only, so the config travels to Ray workers.
+    ``env_kwargs`` (passed to ``drmas_envs.make``). Plain values only (no tokenizer object), so the config
+    pickles cheaply to remote env runners.
 
     Raises:
         KeyError: a required key is missing (the message lists the accepted keys).
     """
-    import tokenizers
-    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
-
-    from drmas_envs.wrappers import to_parallel
-    from drmas_train.integrations.numeric_env import numeric_aec_env
-
     missing = [k for k in ("env_id", "tokenizer_file", "pad_id") if k not in env_config]
     if missing:
         raise KeyError(
             f"env_config lacks {missing}; accepted keys: env_id, tokenizer_file, pad_id (required), "
             "max_obs_tokens, max_act_tokens, action_vocab, choices, env_kwargs"
         )
+    import tokenizers
+    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
+
+    from drmas_envs.wrappers import to_parallel
+    from drmas_train.integrations.numeric_env import numeric_aec_env
+
     tokenizer = tokenizers.Tokenizer.from_file(str(env_config["tokenizer_file"]))
     aec = numeric_aec_env(
         env_config["env_id"],

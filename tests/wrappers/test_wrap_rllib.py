@@ -43,6 +43,13 @@ def test_token_observation_space_and_encoding_golden():
         token_observation_space(bad)
 
 
+def test_make_rllib_env_names_missing_config_keys():
+    from drmas_train.integrations.rllib_ppo import make_rllib_env
+
+    with pytest.raises(KeyError, match=r"env_config lacks \['tokenizer_file', 'pad_id'\]; accepted keys: env_id"):
+        make_rllib_env({"env_id": "math-solver-verifier-v0"})
+
+
 @pytest.mark.slow  # starts Ray and builds PPO: ~40 s on 2 busy cores
 def test_rllib_multi_agent_ppo_trains_only_on_acting_agents_steps(qwen_tokenizer, tmp_path):
     pytest.importorskip("ray.rllib")
