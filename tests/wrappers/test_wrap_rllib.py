@@ -107,18 +107,21 @@ def test_rllib_multi_agent_ppo_trains_only_on_acting_agents_steps(qwen_tokenizer
         ray.shutdown()
 
 
-@pytest.mark.parametrize(("acting_only", "agent_steps_per_env_step"), [(False, 2), (True, 1)])
-def test_rllib_episode_logs_one_agent_step_per_env_step_only_with_acting_only(
-    tiny_tokenizer, acting_only, agent_steps_per_env_step
+@pytest.mark.parametrize(
+    ("view", "agent_steps_per_env_step"), [("parallel", 2), ("parallel-acting-only", 1), ("aec", 1)]
+)
+def test_rllib_episode_logs_one_agent_step_per_env_step_only_for_the_acting_agent(
+    tiny_tokenizer, view, agent_steps_per_env_step
 ):
-    """RLlib's own episode bookkeeping (``MultiAgentEpisode``) on both Parallel views, as its env runner feeds it.
+    """RLlib's own episode bookkeeping (``MultiAgentEpisode``) on each drmas view, as its env runner feeds it.
 
-    The default view observes both agents every step, so RLlib computes and logs an action for the waiting
-    agent too (a no-op trained as a decision); ``acting_only=True`` logs exactly the acting agent's step.
+    The default Parallel view observes both agents every step, so RLlib computes and logs an action for the
+    waiting agent too (a no-op trained as a decision); ``to_parallel(acting_only=True)`` under
+    ``ParallelPettingZooEnv``, and the AEC env under RLlib's ``PettingZooEnv``, log exactly the acting agent's step.
     """
     pytest.importorskip("ray.rllib")
     from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
-    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv
+    from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv, PettingZooEnv
     from wrappers_toy_envs import VerifyLoopEnv
 
     from drmas_envs.wrappers import VERIFIER_CHOICES, DiscreteChoices, TokenSpaces, to_parallel
@@ -126,7 +129,10 @@ def test_rllib_episode_logs_one_agent_step_per_env_step_only_with_acting_only(
     aec = TokenSpaces(
         DiscreteChoices(VerifyLoopEnv(max_loops=3), {"verifier": VERIFIER_CHOICES}), tiny_tokenizer, 8, 2, pad_id=0
     )
-    env = ParallelPettingZooEnv(to_parallel(aec, acting_only=acting_only))
+    if view == "aec":
+        env = PettingZooEnv(aec)
+    else:
+        env = ParallelPettingZooEnv(to_parallel(aec, acting_only=view == "parallel-acting-only"))
     for space in env.action_space.values():
         space.seed(0)
     env_steps = agent_steps = 0
