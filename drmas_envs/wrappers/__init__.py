@@ -3,11 +3,13 @@
 ==============================  ===========================================  ======================================
 adapter                         for                                          checked by
 ==============================  ===========================================  ======================================
-:func:`to_parallel`             Parallel-API libraries (turn-based view)      ``pettingzoo.test.parallel_api_test``
-:class:`TokenSpaces`            numeric MARL (token-id arrays + mask)         ``api_test``; TorchRL PettingZooWrapper
+:func:`to_parallel`             Parallel-API libraries (turn-based view;      ``pettingzoo.test.parallel_api_test``;
+                                ``acting_only=True`` for RLlib)               RLlib ``ParallelPettingZooEnv``
+:class:`TokenSpaces`            numeric MARL (token-id arrays + mask;         ``api_test``; TorchRL PettingZooWrapper
+                                few action ids: :func:`action_vocab_of`)
 :class:`DiscreteChoices`        categorical agents (approve/reject, yes/no)   ``api_test``; TorchRL PettingZooWrapper
 :class:`NumericInfos`           libraries that tensorise infos (TorchRL)      ``api_test``
-:class:`MaskedSpaces`           identical spaces + ``action_mask`` (Tianshou)  ``api_test``; Tianshou PettingZooEnv
+:class:`MaskedSpaces`           same spaces + ``action_mask`` (Tianshou)      ``api_test``; Tianshou PettingZooEnv
 :class:`SingleAgentEnv`         ``gymnasium.Env`` consumers, ``drmas/<id>``   ``gymnasium.utils.env_checker.check_env``
 :mod:`.dataset_export`          LLM-RL trainers (TRL prompt/completion)       TRL dataset formats
 ==============================  ===========================================  ======================================
