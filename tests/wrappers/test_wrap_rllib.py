@@ -96,11 +96,14 @@ def test_rllib_multi_agent_ppo_trains_only_on_acting_agents_steps(qwen_tokenizer
                 steps = {aid: len(sa) for aid, sa in ep.agent_episodes.items()}
                 assert sum(steps.values()) == ep.env_t, steps
                 assert steps["solver"] >= 1 and steps["verifier"] <= steps["solver"]
-                # Every agent ends with its drmas return R - 0.1 * invalid calls; random tokens never box an
-                # answer (solver -0.1 per call) and the verifier's choices are always valid (R = 0).
-                solver_rewards = ep.agent_episodes["solver"].get_rewards()
-                assert float(np.sum(solver_rewards)) == pytest.approx(-0.1 * steps["solver"])
-                assert float(np.sum(ep.agent_episodes["verifier"].get_rewards())) == 0.0
+                # Each agent's RLlib return is its drmas return R - sum of its calls' format penalties, read
+                # from the env's infos (each observation after a call carries that call's "penalty").
+                for sa in ep.agent_episodes.values():
+                    infos = sa.get_infos()
+                    penalties = sum(info["penalty"] for info in infos[1:])
+                    expected = infos[-1]["score"] - penalties
+                    assert float(np.sum(sa.get_rewards())) == pytest.approx(expected, abs=1e-6)
+                assert all(i["penalty"] == 0.0 for i in ep.agent_episodes["verifier"].get_infos()[1:])
         finally:
             algo.stop()
     finally:
