@@ -9,7 +9,7 @@ One module per library; each imports its library lazily (inside functions), so i
   env-to-module connector.
 - :mod:`.tianshou_marl` (``tianshou`` 2.0): a Tianshou ``PettingZooEnv`` over
   :class:`~drmas_envs.wrappers.MaskedSpaces` (identical spaces, ``{"observation", "action_mask"}``) and a
-  multi-agent collector.
+  multi-agent algorithm (a learner such as DQN for chosen agents, random legal choices for the others).
 - :mod:`.sb3_ppo` (``stable-baselines3`` 2.9): SB3 PPO on one agent of ``gymnasium.make("drmas/<id>")``.
 
 The shared piece is :func:`numeric_aec_env`: the adapter stack every numeric library gets (choices for

@@ -12,7 +12,7 @@ Example (``tianshou==2.0.1``)::
     env = tianshou_env("math-solver-verifier-v0", tokenizer, pad_id=pad,
                        choices={"solver": [rf"\\boxed{{{d}}}" for d in range(10)], "verifier": VERIFIER_CHOICES},
                        size=64)
-    algorithm = random_marl_algorithm(env)                 # or MultiAgentOffPolicyAlgorithm([DQN(...), ...])
+    algorithm = random_marl_algorithm(env, learners={"verifier": DQN(...)})  # the solver plays at random
     collector = Collector(algorithm, DummyVectorEnv([lambda: env]), VectorReplayBuffer(1000, 1))
     collector.collect(n_step=100, reset_before_collect=True)
 
@@ -74,15 +74,28 @@ def tianshou_env(
     return PettingZooEnv(MaskedSpaces(aec))
 
 
-def random_marl_algorithm(env: Any) -> Any:
-    """Tianshou ``MultiAgentOffPolicyAlgorithm`` whose agents pick uniformly among their legal choices.
+def random_marl_algorithm(env: Any, learners: Mapping[str, Any] | None = None) -> Any:
+    """Tianshou ``MultiAgentOffPolicyAlgorithm``: ``learners[agent]`` for some agents, uniform random for the rest.
 
-    Swap any entry for a learning algorithm (DQN, PPO with a masked actor) to train that agent.
+    Args:
+        env: a :func:`tianshou_env` env (its ``agents`` order is the algorithm order Tianshou expects).
+        learners: agent -> a Tianshou off-policy algorithm (e.g. ``DQN``) that trains that agent; agents
+            not listed pick uniformly among their legal (unmasked) choices.
+
+    Raises:
+        ValueError: ``learners`` names an agent the env does not have.
     """
     from tianshou.algorithm.multiagent.marl import MultiAgentOffPolicyAlgorithm
     from tianshou.algorithm.random import MARLRandomDiscreteMaskedOffPolicyAlgorithm
 
+    learners = dict(learners or {})
+    unknown = sorted(set(learners) - set(env.agents))
+    if unknown:
+        raise ValueError(f"learners for {unknown}, which are not agents of the env ({list(env.agents)})")
     return MultiAgentOffPolicyAlgorithm(
-        algorithms=[MARLRandomDiscreteMaskedOffPolicyAlgorithm(env.action_space) for _ in env.agents],
+        algorithms=[
+            learners.get(agent) or MARLRandomDiscreteMaskedOffPolicyAlgorithm(env.action_space)
+            for agent in env.agents
+        ],
         env=env,
     )

@@ -87,13 +87,18 @@ class _Recorder(BaseWrapper):
 
 
 @pytest.mark.slow  # imports tianshou (torch, h5py, tensorboard): ~20 s on 2 busy cores
-def test_tianshou_collects_on_math_solver_verifier_only_acting_agents_steps(qwen_tokenizer, monkeypatch):
+def test_tianshou_dqn_verifier_on_math_solver_verifier_only_acting_agents_steps(qwen_tokenizer, monkeypatch):
     numba = pytest.importorskip("numba")
     # Tianshou numba-compiles its buffer helpers on first use (~25 s of CPU); 60 steps run faster interpreted.
     monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
     pytest.importorskip("tianshou")
+    torch = pytest.importorskip("torch")
+    from tianshou.algorithm.modelfree.dqn import DQN, DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv, PettingZooEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.torch_utils import policy_within_training_step
 
     from drmas_train.integrations.tianshou_marl import random_marl_algorithm, tianshou_env
 
@@ -103,7 +108,13 @@ def test_tianshou_collects_on_math_solver_verifier_only_acting_agents_steps(qwen
     stack = MaskedSpaces(TokenSpaces(stack, qwen_tokenizer, 32, 1, pad_id=QWEN_PAD, action_vocab=[QWEN_PAD]))
     env = PettingZooEnv(stack)  # Tianshou asserts identical spaces here
     assert env.action_space == spaces.Discrete(10)
-    algorithm = random_marl_algorithm(env)
+    torch.manual_seed(0)
+    q_net = Net(state_shape=env.observation_space["observation"].shape[0], action_shape=10, hidden_sizes=[16])
+    dqn = DQN(
+        policy=DiscreteQLearningPolicy(model=q_net, action_space=env.action_space, eps_training=0.2),
+        optim=AdamOptimizerFactory(lr=1e-3),
+    )
+    algorithm = random_marl_algorithm(env, learners={"verifier": dqn})  # DQN Verifier, random Solver
     np.random.seed(0)
     collector = Collector(algorithm, DummyVectorEnv([lambda: env]), VectorReplayBuffer(200, 1))
     with warnings.catch_warnings():
@@ -121,7 +132,14 @@ def test_tianshou_collects_on_math_solver_verifier_only_acting_agents_steps(qwen
     # Rewards: one column per agent (env.agents order), exactly the env's step rewards.
     expected = np.array([[r["solver"], r["verifier"]] for r in recorder.step_rewards])
     np.testing.assert_array_equal(batch.rew, expected)
+    # One DQN update on the Verifier's transitions changes its Q-network.
+    before = [p.detach().clone() for p in q_net.parameters()]
+    with policy_within_training_step(algorithm.policy):
+        algorithm.update(buffer=collector.buffer, sample_size=32)
+    assert any(not torch.equal(a, b) for a, b in zip(before, q_net.parameters(), strict=True))
 
+    with pytest.raises(ValueError, match=r"learners for \['critic'\], which are not agents of the env"):
+        random_marl_algorithm(env, learners={"critic": dqn})
     # The recipe builds the same stack.
     recipe = tianshou_env(
         "math-solver-verifier-v0", qwen_tokenizer, pad_id=QWEN_PAD,
