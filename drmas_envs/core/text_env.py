@@ -32,6 +32,7 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
 from drmas_envs.core.episode import CallRecord, EpisodeRecord
+from drmas_envs.core.parallelizable import NOT_PARALLELIZABLE
 from drmas_envs.core.spaces import AnyText, observation_space
 from drmas_envs.core.task import Task, TaskSource
 
@@ -86,7 +87,8 @@ class TextAECEnv(AECEnv):
         ValueError: unknown ``render_mode`` or negative ``format_penalty``.
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "name": "drmas_text_env", "is_parallelizable": True}
+    # is_parallelizable: turn-based, so PettingZoo's aec_to_parallel raises a TypeError naming wrappers.to_parallel.
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "name": "drmas_text_env", "is_parallelizable": NOT_PARALLELIZABLE}
 
     # ---- bookkeeping, all rebuilt by reset() ----
     possible_agents: list[str]  # every agent that can ever act, in role order

@@ -19,6 +19,13 @@ Encoding the observation: ``tokenizer.encode(obs["prompt"])`` (or ``obs_text(obs
 (``"right"``). Decoding an action: ids up to (not including) the first ``pad_id`` are decoded with
 ``tokenizer.decode``; so ``pad_id`` doubles as the stop token and a random policy emits ``K`` tokens.
 
+Action sizes a stock policy can hold: a categorical head over ``MultiDiscrete([V] * K)`` has ``V * K`` logits
+(a Qwen3 vocabulary, ``V = 151,669``, times ``K = 256`` is 38.8 M logits per step, more than a stock MLP
+policy of RLlib, Tianshou or SB3 can hold). Give ``action_vocab`` (the token ids the agent may write, e.g.
+the ids of ``\\boxed{0123456789}`` plus ``pad_id``) and keep ``K`` small: action value ``i`` is then token
+``action_vocab[i]``, so the space is ``MultiDiscrete([len(action_vocab)] * K)``; 16 ids x 16 tokens is 256
+logits. Choice-like agents should use :class:`~drmas_envs.wrappers.DiscreteChoices` instead.
+
 Any other array-valued key of the wrapped observation (e.g. ``action_mask`` from
 :class:`~drmas_envs.wrappers.DiscreteChoices`) is passed through unchanged, and agents whose wrapped
 action space is not text (e.g. a ``Discrete`` choice) keep it. Agents with the same wrapped spaces share
@@ -39,7 +46,7 @@ from gymnasium import spaces
 from pettingzoo import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
-__all__ = ["TextTokenizer", "TokenSpaces", "encode_ids", "vocab_size_of"]
+__all__ = ["TextTokenizer", "TokenSpaces", "action_vocab_of", "encode_ids", "vocab_size_of"]
 
 _ARRAY_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiBinary, spaces.MultiDiscrete)
 
@@ -65,6 +72,15 @@ def encode_ids(tokenizer: TextTokenizer, text: str) -> list[int]:
             f"tokenizer.encode must return a list of ints or an object with .ids, got {type(encoded).__name__}"
         )
     return [int(i) for i in ids]
+
+
+def action_vocab_of(tokenizer: TextTokenizer, text: str, pad_id: int) -> list[int]:
+    """Sorted distinct token ids of ``text`` plus ``pad_id``: an ``action_vocab`` for :class:`TokenSpaces`.
+
+    E.g. ``action_vocab_of(qwen, r"\\boxed{0123456789}", pad)`` is 15 ids (the Qwen3 tokens of ``\\``,
+    ``boxed``, ``{``, ``}``, ten digits, and the pad), enough to write any boxed integer.
+    """
+    return sorted({*encode_ids(tokenizer, text), int(pad_id)})
 
 
 def vocab_size_of(tokenizer: Any) -> int:
@@ -119,10 +135,13 @@ class TokenSpaces(BaseWrapper):
         vocab_size: ``V``; defaults to :func:`vocab_size_of`.
         truncation_side: ``"left"`` keeps the last ``O`` prompt tokens, ``"right"`` the first ``O``.
         obs_text: maps a wrapped observation to the text to tokenize (default ``obs["prompt"]``).
+        action_vocab: token ids a token action may use (distinct, in ``[0, V)``, including ``pad_id``);
+            action value ``i`` is token ``action_vocab[i]``. ``None`` (default): the whole vocabulary.
 
     Raises:
-        ValueError: a non-positive length, an unknown ``truncation_side``, no pad id, or a ``pad_id``
-            outside ``[0, V)``.
+        ValueError: a non-positive length, an unknown ``truncation_side``, no pad id, a ``pad_id``
+            outside ``[0, V)``, or an ``action_vocab`` that is empty, repeats an id, has an id outside
+            ``[0, V)`` or lacks ``pad_id``.
     """
 
     def __init__(
@@ -136,6 +155,7 @@ class TokenSpaces(BaseWrapper):
         vocab_size: int | None = None,
         truncation_side: str = "left",
         obs_text: Callable[[Any], str] | None = None,
+        action_vocab: Sequence[int] | None = None,
     ) -> None:
         super().__init__(env)
         self.tokenizer = tokenizer
@@ -161,13 +181,17 @@ class TokenSpaces(BaseWrapper):
             raise ValueError(f"pad_id must be an int in [0, {self.vocab_size}), got {pad_id!r}")
         self.pad_id = int(pad_id)
         self.obs_text = obs_text if obs_text is not None else _prompt_of
+        self.action_vocab: np.ndarray | None = (
+            None if action_vocab is None else _check_action_vocab(action_vocab, self.vocab_size, self.pad_id)
+        )
+        action_n = self.vocab_size if self.action_vocab is None else len(self.action_vocab)
 
         token_obs = {
             "input_ids": spaces.Box(0, self.vocab_size - 1, (self.max_obs_tokens,), dtype=np.int64),
             "attention_mask": spaces.Box(0, 1, (self.max_obs_tokens,), dtype=np.int8),
         }
         self._token_action_space = spaces.MultiDiscrete(
-            np.full(self.max_act_tokens, self.vocab_size), dtype=np.int64
+            np.full(self.max_act_tokens, action_n), dtype=np.int64
         )
         self._passthrough: dict[str, tuple[str, ...]] = {}
         self._observation_spaces: dict[str, spaces.Dict] = {}
@@ -216,8 +240,11 @@ class TokenSpaces(BaseWrapper):
     def decode_action(self, action: Any) -> str:
         """Text of a token action: ids before the first ``pad_id``, decoded.
 
+        With ``action_vocab``, action values are first mapped to ids (``action_vocab[value]``).
+
         Raises:
-            ValueError: ``action`` is not a 1-D integer array of length 1..K with ids in ``[0, V)``.
+            ValueError: ``action`` is not a 1-D integer array of length 1..K with values in ``[0, n)``
+                (``n`` = V, or ``len(action_vocab)``).
         """
         ids = np.asarray(action)
         if (
@@ -229,26 +256,37 @@ class TokenSpaces(BaseWrapper):
                 f"token action must be a 1-D integer array of length 1..{self.max_act_tokens}, got "
                 f"shape {ids.shape} dtype {ids.dtype}"
             )
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(
-                f"token ids must be in [0, {self.vocab_size}), got min {ids.min()} max {ids.max()}"
-            )
+        n = self.vocab_size if self.action_vocab is None else len(self.action_vocab)
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            what = "token ids" if self.action_vocab is None else "action values (indices into action_vocab)"
+            raise ValueError(f"{what} must be in [0, {n}), got min {ids.min()} max {ids.max()}")
+        if self.action_vocab is not None:
+            ids = self.action_vocab[ids]
         stops = np.flatnonzero(ids == self.pad_id)
         kept = ids[: stops[0]] if stops.size else ids
         return self.tokenizer.decode([int(i) for i in kept])
 
     def encode_action(self, text: str) -> np.ndarray:
-        """Inverse of :meth:`decode_action` (up to tokenization): ``(K,)`` int64 ids, padded with ``pad_id``.
+        """Inverse of :meth:`decode_action` (up to tokenization): ``(K,)`` int64 action, padded with ``pad_id``.
+
+        With ``action_vocab`` the values are indices into it.
 
         Raises:
-            ValueError: ``text`` needs more than K tokens (the message gives the count).
+            ValueError: ``text`` needs more than K tokens (the message gives the count), or a token of it
+                is not in ``action_vocab``.
         """
         ids = encode_ids(self.tokenizer, text)
         if len(ids) > self.max_act_tokens:
             raise ValueError(f"text needs {len(ids)} tokens but max_act_tokens is {self.max_act_tokens}")
         out = np.full(self.max_act_tokens, self.pad_id, dtype=np.int64)
         out[: len(ids)] = ids
-        return out
+        if self.action_vocab is None:
+            return out
+        index = {int(t): i for i, t in enumerate(self.action_vocab)}
+        missing = sorted({int(t) for t in out} - set(index))
+        if missing:
+            raise ValueError(f"text {text!r} uses token ids {missing} that are not in action_vocab")
+        return np.array([index[int(t)] for t in out], dtype=np.int64)
 
     # ---- AEC API ----
     def observe(self, agent: str) -> dict[str, np.ndarray]:
@@ -266,6 +304,21 @@ class TokenSpaces(BaseWrapper):
         if action is not None and self._action_spaces[agent] is self._token_action_space:
             action = self.decode_action(action)
         self.env.step(action)
+
+
+def _check_action_vocab(action_vocab: Sequence[int], vocab_size: int, pad_id: int) -> np.ndarray:
+    if isinstance(action_vocab, (str, bytes)) or not isinstance(action_vocab, Sequence):
+        raise ValueError(f"action_vocab must be a sequence of token ids, got {type(action_vocab).__name__}")
+    if not action_vocab or not all(
+        isinstance(t, (int, np.integer)) and not isinstance(t, bool) and 0 <= t < vocab_size for t in action_vocab
+    ):
+        raise ValueError(f"action_vocab must be a non-empty sequence of ints in [0, {vocab_size}), got {action_vocab!r}")
+    ids = np.asarray([int(t) for t in action_vocab], dtype=np.int64)
+    if len(np.unique(ids)) != len(ids):
+        raise ValueError(f"action_vocab repeats token ids: {sorted({int(t) for t in ids if (ids == t).sum() > 1})}")
+    if pad_id not in ids:
+        raise ValueError(f"action_vocab must contain pad_id {pad_id} (it ends a token action)")
+    return ids
 
 
 def _prompt_of(obs: Any) -> str:

@@ -10,7 +10,7 @@ from gymnasium import spaces
 from pettingzoo.test import api_test, parallel_api_test
 from wrappers_toy_envs import EchoEnv, VerifyLoopEnv
 
-from drmas_envs.wrappers import TokenSpaces, encode_ids, to_parallel, vocab_size_of
+from drmas_envs.wrappers import TokenSpaces, action_vocab_of, encode_ids, to_parallel, vocab_size_of
 
 
 def test_observation_is_padded_token_ids_with_mask(tiny_tokenizer):
@@ -124,3 +124,45 @@ def test_errors_name_the_problem(tiny_tokenizer):
         env.encode_action("ok ok ok ok ok")
     with pytest.raises(TypeError, match=r"observation has no 'prompt' string .* pass obs_text="):
         TokenSpaces(EchoEnv(), tiny_tokenizer, 8, 4, pad_id=0, obs_text=None).obs_text({"x": 1})
+
+
+def test_action_vocab_maps_action_values_to_token_ids(tiny_tokenizer):
+    # tiny vocabulary: 0 [PAD], 2 "answer:", 3 "2", 4 "4", 5 "ok"
+    env = TokenSpaces(VerifyLoopEnv(), tiny_tokenizer, 8, 3, pad_id=0, action_vocab=[2, 3, 4, 0])
+    assert env.action_space("solver") == spaces.MultiDiscrete([4, 4, 4])  # 12 logits instead of V * K = 42
+    assert env.decode_action([0, 2, 3]) == "answer: 4"  # values index action_vocab; 3 -> pad ends the action
+    assert env.decode_action([1, 3, 0]) == "2"
+    assert env.encode_action("answer: 2").tolist() == [0, 1, 3]
+    assert env.decode_action(env.encode_action("answer: 4")) == "answer: 4"
+    env.reset(seed=0, options={"task_index": 2})
+    env.step(np.array([0, 2, 3]))
+    assert env.unwrapped.history[-1].text == "answer: 4" and env.unwrapped.history[-1].valid is True
+    with pytest.raises(ValueError, match=r"action values \(indices into action_vocab\) must be in \[0, 4\), got min 0 max 5"):
+        env.decode_action([0, 5])
+    with pytest.raises(ValueError, match=r"text 'ok' uses token ids \[5\] that are not in action_vocab"):
+        env.encode_action("ok")
+
+
+def test_action_vocab_qwen_boxed_digits_fit_a_stock_policy(qwen_tokenizer):
+    pad = qwen_tokenizer.token_to_id("<|endoftext|>")
+    vocab = sorted({*qwen_tokenizer.encode(r"\boxed{0123456789}").ids, pad})
+    assert action_vocab_of(qwen_tokenizer, r"\boxed{0123456789}", pad) == vocab and len(vocab) == 15
+    env = TokenSpaces(VerifyLoopEnv(), qwen_tokenizer, 64, 16, pad_id=pad, action_vocab=vocab)
+    assert int(env.action_space("solver").nvec.sum()) == 16 * len(vocab) <= 256
+    for text in [r"\boxed{42}", r"\boxed{7}", "1234"]:
+        assert env.decode_action(env.encode_action(text)) == text
+
+
+@pytest.mark.parametrize(
+    ("vocab", "message"),
+    [
+        ([], r"action_vocab must be a non-empty sequence of ints in \[0, 14\), got \[\]"),
+        ([2, 99, 0], r"action_vocab must be a non-empty sequence of ints in \[0, 14\), got \[2, 99, 0\]"),
+        ([2, 2, 0], r"action_vocab repeats token ids: \[2\]"),
+        ([2, 3], r"action_vocab must contain pad_id 0 \(it ends a token action\)"),
+        ("abc", r"action_vocab must be a sequence of token ids, got str"),
+    ],
+)
+def test_action_vocab_errors(tiny_tokenizer, vocab, message):
+    with pytest.raises(ValueError, match=message):
+        TokenSpaces(EchoEnv(), tiny_tokenizer, 8, 3, pad_id=0, action_vocab=vocab)
