@@ -10,6 +10,7 @@ import pytest
 import drmas_envs
 from drmas_envs.testing import check_env, compare_transcripts, cross_process_transcripts, transcript_json
 
+
 def _shipped(spec: drmas_envs.EnvSpec) -> bool:
     """Registered by drmas itself: test modules also register toy envs (tests/train/tiny_rl.py) when they are
     imported, which a fresh interpreter (the cross-process check) never does."""
