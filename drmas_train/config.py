@@ -139,6 +139,9 @@ class AlgorithmConfig:
     """added to the std."""
     unbiased_std: bool = True
     """n-1 std as the reference (``torch.std``)."""
+    singleton: str = "zero"
+    """advantage of a group with one valid member: ``"zero"`` (drmas: A = 0, nothing to compare with) or
+    ``"raw"`` (the reference: the score over 1 + eps); see :mod:`drmas_train.advantages` and docs/fidelity.md."""
     ppo_epochs: int = 1
     """passes over each iteration's samples."""
     mini_batches: int = 1
@@ -393,7 +396,7 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     Raises:
         ConfigError: naming the key, the bad value and what is accepted.
     """
-    from drmas_train.advantages import get_estimator
+    from drmas_train.advantages import SINGLETON_MODES, get_estimator
     from drmas_train.losses import AGG_MODES, KL_ESTIMATORS
 
     try:
@@ -402,6 +405,7 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
         raise ConfigError(f"algorithm.estimator: {err}") from None
     a, r, o = cfg.algorithm, cfg.rollout, cfg.optim
     _check(a.loss_agg in AGG_MODES, f"algorithm.loss_agg={a.loss_agg!r}; accepted: {list(AGG_MODES)}")
+    _check(a.singleton in SINGLETON_MODES, f"algorithm.singleton={a.singleton!r}; accepted: {', '.join(SINGLETON_MODES)}")
     _check(a.kl_estimator in KL_ESTIMATORS, f"algorithm.kl_estimator={a.kl_estimator!r}; accepted: {list(KL_ESTIMATORS)}")
     _check(a.eps >= 0, f"algorithm.eps must be >= 0, got {a.eps}")
     _check(a.dual_clip_c is None or a.dual_clip_c > 1, f"algorithm.dual_clip_c must be > 1 or null, got {a.dual_clip_c}")

@@ -166,7 +166,7 @@ def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
         np.array([s.reward for s in samples], dtype=np.float64),
         uid=[s.uid for s in samples], agent_id=[s.agent_id for s in samples],
         traj_uid=[s.traj_uid for s in samples], turn=[s.agent_turn for s in samples],
-        norm_by_std=a.norm_by_std, eps=a.eps, unbiased=a.unbiased_std,
+        norm_by_std=a.norm_by_std, eps=a.eps, unbiased=a.unbiased_std, singleton=a.singleton,
     )  # fmt: skip
 
 
