@@ -76,9 +76,9 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None) -> 
     from drmas_train.metrics_log import MetricsLogger
     from drmas_train.optim import build_optimizer
     from drmas_train.task_sampler import TaskSampler
+    from drmas_train.threads import configure_threads
 
-    if cfg.run.num_threads > 0:
-        torch.set_num_threads(cfg.run.num_threads)
+    configure_threads(cfg.run.num_threads)  # 0 = the cores available; warns once if others already load them
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -157,6 +157,7 @@ def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
 def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
     """One PPO update per trainable model on its own agents' samples; pushes the new weights to the backend."""
     from drmas_train.losses import PolicyLossConfig
+    from drmas_train.precision import resolve_autocast
     from drmas_train.update import ppo_update
 
     a, metrics = run.cfg.algorithm, {}
@@ -169,6 +170,7 @@ def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int
             pad_token_id=loaded.tokenizer.pad_token_id, temperature=run.cfg.rollout.temperature,
             ppo_epochs=a.ppo_epochs, mini_batches=a.mini_batches, micro_batch_tokens=run.cfg.optim.micro_batch_tokens,
             ref_model=run.ref_models.get(model_id), seed=seed,
+            autocast_dtype=resolve_autocast(run.cfg.optim.autocast, next(loaded.model.parameters()).device),
         )  # fmt: skip
         run.pool.backends[model_id].sync_weights(loaded.model)
         metrics.update({f"loss/{model_id}/{k}": v for k, v in out.items()})
