@@ -226,11 +226,14 @@ def _response_mask(response_ids, resp_len, device):
 
 
 def _worth_sharing(model: Any, prompt_ids: Sequence[Sequence[int]]) -> bool:
-    """Some prompt repeats, every prompt has a token besides its last, and the cache can be shared by rows."""
+    """Some prompt repeats, every prompt has a token besides its last, and the cache can be shared by rows (plain
+    ``DynamicLayer`` s, and no activation checkpointing, under which transformers' layers drop the cache)."""
     from drmas_train.backends.prefill import can_stitch
 
     distinct = {tuple(p) for p in prompt_ids}
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if base.training and torch.is_grad_enabled() and any(getattr(m, "gradient_checkpointing", False) for m in base.modules()):
+        return False
     return len(distinct) < len(prompt_ids) and all(len(p) >= 2 for p in prompt_ids) and can_stitch(base)
 
 

@@ -70,6 +70,28 @@ def test_shared_prompt_and_chunked_update_equal_the_plain_update(entropy_coef):
     assert results["shared, micro-batched"][0]["micro_batch_tokens"] == 20.0
 
 
+def test_activation_checkpointing_gives_the_same_step_and_saves_memory():
+    base = load_model("tiny-llama").model
+    samples = _group_samples(base, seed=2)
+    adv = np.linspace(-1, 1, len(samples))
+    steps = []
+    for every in (0, 1):
+        model = copy.deepcopy(base)
+        before = torch.cat([p.detach().flatten() for p in model.parameters()])
+        ppo_update(model, _sgd(model), samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0,
+                   activation_checkpointing=every)  # fmt: skip
+        steps.append(before - torch.cat([p.detach().flatten() for p in model.parameters()]))
+        assert not model.is_activation_checkpointing  # switched off again after the update
+    torch.testing.assert_close(steps[1], steps[0], rtol=1e-5, atol=1e-7)
+    model = copy.deepcopy(base).train()
+    plain = activation_bytes_per_token(model, 64, lm_head_chunk=None)
+    model.activation_checkpointing_enable({"use_reentrant": False})
+    assert activation_bytes_per_token(model, 64, lm_head_chunk=None) < 0.5 * plain
+    with pytest.raises(ValueError, match="activation_checkpointing must be >= 0"):
+        ppo_update(model, _sgd(model), samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0,
+                   activation_checkpointing=-1)  # fmt: skip
+
+
 def test_kl_term_uses_the_fast_path_for_the_reference_too():
     base = load_model("tiny-llama").model
     samples = _group_samples(base, seed=1)
