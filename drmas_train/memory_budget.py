@@ -10,9 +10,10 @@ How (docs/update-performance.md):
    model and length bucket (powers of two).
 2. **Free memory.** CUDA: ``torch.cuda.mem_get_info``; CPU: ``psutil.virtual_memory().available``, capped by the
    cgroup v2 limit (``memory.max - memory.current``) when the process runs in a container with one.
-3. **Budget** = ``fraction * free / bytes_per_token`` (``fraction`` = 0.5 by default: the backward's own
-   temporaries, the LM-head chunks and allocator slack need the rest), clamped to ``[longest sample,
-   max_tokens]``.
+3. **Budget** = ``fraction * free / bytes_per_token`` (``fraction`` = 0.25 by default: the backward's own
+   temporaries, the LM-head chunks, allocator slack and the rest of the process need the rest), clamped to
+   ``[longest sample, max_tokens]`` (16384 by default: beyond a few thousand tokens a bigger micro-batch does not
+   make a CPU update faster, it only holds more memory).
 """
 
 from __future__ import annotations
@@ -89,8 +90,8 @@ def auto_micro_batch_tokens(
     model: Any,
     typical_length: int,
     *,
-    fraction: float = 0.5,
-    max_tokens: int = 1 << 16,
+    fraction: float = 0.25,
+    max_tokens: int = 1 << 14,
     free_bytes: int | None = None,
     **forward_kwargs: Any,
 ) -> int:

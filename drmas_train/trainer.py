@@ -171,6 +171,7 @@ def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int
             ppo_epochs=a.ppo_epochs, mini_batches=a.mini_batches, micro_batch_tokens=run.cfg.optim.micro_batch_tokens,
             ref_model=run.ref_models.get(model_id), seed=seed,
             autocast_dtype=resolve_autocast(run.cfg.optim.autocast, next(loaded.model.parameters()).device),
+            activation_checkpointing=run.cfg.optim.activation_checkpointing,
         )  # fmt: skip
         run.pool.backends[model_id].sync_weights(loaded.model)
         metrics.update({f"loss/{model_id}/{k}": v for k, v in out.items()})

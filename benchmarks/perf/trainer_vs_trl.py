@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--out", default=None, help="also write the JSON here")
+    parser.add_argument("--batch-file", default=None, help="prepared completions: reused when the file exists "
+                        "(same --model/--batch/--group/... assumed), else written there")  # fmt: skip
     # worker mode (internal)
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
@@ -270,9 +272,10 @@ def main(argv: list[str] | None = None) -> int:
         common += ["--data", args.data]
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        data_file = Path(tmp) / "batch.json"
+        data_file = Path(args.batch_file or Path(tmp) / "batch.json")
         t0 = time.perf_counter()
-        subprocess.run([*common, "--prepare-to", str(data_file)], env=env, check=True)
+        if not data_file.is_file():
+            subprocess.run([*common, "--prepare-to", str(data_file)], env=env, check=True)
         prepare_s = time.perf_counter() - t0
         batch = json.loads(data_file.read_text())
         runs: dict[str, list[dict]] = {}
@@ -290,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     result = {
         "config": {k: v for k, v in vars(args).items() if k not in ("side", "mode", "data_file", "prepare_to")},
+        "torch_threads_per_process": args.threads,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "load_average_1min_at_start": round(load, 2),
         "load_average_1min_at_end": round(os.getloadavg()[0], 2),
         "prepare_s": round(prepare_s, 1),
