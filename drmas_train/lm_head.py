@@ -23,8 +23,9 @@ import torch
 __all__ = ["chunked_token_logprobs", "default_chunk"]
 
 
-def default_chunk(vocab_size: int, elements: int = 1 << 25) -> int:
-    """Tokens per chunk so that one (chunk, V) float32 tensor holds about ``elements`` values (128 MiB by default)."""
+def default_chunk(vocab_size: int, elements: int = 1 << 23) -> int:
+    """Tokens per chunk so that one (chunk, V) float32 tensor holds about ``elements`` values (32 MiB by default:
+    170 tokens for a 49k vocabulary, still a large enough matmul; the backward holds about four such tensors)."""
     return max(16, elements // max(int(vocab_size), 1))
 
 

@@ -22,7 +22,9 @@ like, nobody can skip work); ``real`` grades the completions (math-verify), so m
 and zero advantages (drmas then skips those samples exactly; TRL computes them anyway).
 
 Trained tokens/s = (prompt + completion tokens of the step's sequences) / step wall time (forward, backward,
-optimizer step). Peak RSS = the process's ``ru_maxrss`` (model load included, the same for every side).
+optimizer step); tokens per CPU second divides by the process's CPU time instead, which a loaded machine distorts
+much less (one thread per process: CPU time = time on a core). Peak RSS = the process's ``ru_maxrss`` (model load
+included, the same for every side).
 
     python benchmarks/perf/trainer_vs_trl.py                                   # SmolLM2, 1 round, ~15 min on 1 core
     python benchmarks/perf/trainer_vs_trl.py --model tiny-llama --max-new-tokens 32 --rounds 2   # seconds
@@ -116,25 +118,28 @@ def worker_drmas(args: argparse.Namespace, data: dict, plain: bool) -> dict:
 
     torch.manual_seed(0)
     model = load_model(args.model).model
+    load_rss = _peak_rss_gb()
     opt = build_optimizer("m", model, lr=1e-6)
     fast = {"lm_head_chunk": None, "share_prompts": True}
     if plain:  # the previous path: full logits, no prompt sharing, per-parameter AdamW loop
         fast = {"lm_head_chunk": 0, "share_prompts": False}
         opt.optimizer = torch.optim.AdamW(opt.params, lr=1e-6, weight_decay=0.01, foreach=False)
         opt.scheduler = torch.optim.lr_scheduler.LambdaLR(opt.optimizer, lambda _: 1.0)
-    times, tokens = [], []
+    times, cpu, tokens = [], [], []
     for s, rows in enumerate(data["steps"]):
         samples = [Sample(f"p{i // args.group}", f"t{i}", "solver", "m", 0, 0, r["prompt_ids"], r["completion_ids"],
                           r["old_logprobs"], [1] * len(r["completion_ids"])) for i, r in enumerate(rows)]  # fmt: skip
         rewards = np.array([r[f"reward_{args.mode}"] for r in rows])
         adv = get_estimator("grpo")(rewards, uid=[x.uid for x in samples], agent_id=["solver"] * len(samples),
                                     traj_uid=[x.traj_uid for x in samples], turn=[0] * len(samples))  # fmt: skip
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         ppo_update(model, opt, samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=data["pad_token_id"],
-                   temperature=1.0, micro_batch_tokens=args.micro_batch_tokens, seed=s, **fast)  # fmt: skip
+                   temperature=1.0, micro_batch_tokens=args.micro_batch_tokens, seed=s,
+                   activation_checkpointing=args.activation_checkpointing, **fast)  # fmt: skip
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         tokens.append(sum(len(r["prompt_ids"]) + len(r["completion_ids"]) for r in rows))
-    return {"step_s": times, "tokens": tokens}
+    return {"step_s": times, "cpu_s": cpu, "tokens": tokens, "peak_rss_after_load_gb": load_rss}
 
 
 def worker_trl(args: argparse.Namespace, data: dict, checkpointing: bool) -> dict:
@@ -172,13 +177,15 @@ def worker_trl(args: argparse.Namespace, data: dict, checkpointing: bool) -> dic
 
     prompts = [rows[i]["text"] for rows in data["steps"] for i in range(0, len(rows), args.group)]
     times: list[float] = []
+    cpu: list[float] = []
 
     class Timer(TrainerCallback):
         def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, *a, **k):
             times.append(time.perf_counter() - self.t0)
+            cpu.append(time.process_time() - self.c0)
 
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOConfig(
@@ -192,7 +199,7 @@ def worker_trl(args: argparse.Namespace, data: dict, checkpointing: bool) -> dic
                               rollout_func=rollout_func, callbacks=[Timer()])  # fmt: skip
         trainer.train()
     tokens = [sum(len(r["prompt_ids"]) + len(r["completion_ids"]) for r in rows) for rows in data["steps"]]
-    return {"step_s": times, "tokens": tokens}
+    return {"step_s": times, "cpu_s": cpu, "tokens": tokens}
 
 
 def run_worker(args: argparse.Namespace) -> None:
@@ -209,11 +216,13 @@ def run_worker(args: argparse.Namespace) -> None:
 
 
 def _summary(runs: list[dict], warmup: int) -> dict:
-    """Medians over rounds of the timed steps (warm-up steps dropped)."""
+    """Medians over rounds of the timed steps (warm-up steps dropped); rates per wall second and per CPU second."""
     per_round_tps = [sum(r["tokens"][warmup:]) / sum(r["step_s"][warmup:]) for r in runs]
+    per_round_cpu = [sum(r["tokens"][warmup:]) / sum(r["cpu_s"][warmup:]) for r in runs]
     per_round_step = [statistics.median(r["step_s"][warmup:]) for r in runs]
     return {
         "tokens_per_s": round(statistics.median(per_round_tps), 2),
+        "tokens_per_cpu_s": round(statistics.median(per_round_cpu), 2),
         "step_s": round(statistics.median(per_round_step), 3),
         "peak_rss_gb": round(statistics.median(r["peak_rss_gb"] for r in runs), 3),
         "tokens_per_s_rounds": [round(x, 2) for x in per_round_tps],
@@ -233,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="timed steps per process")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each process")
-    parser.add_argument("--micro-batch-tokens", default="8192", help="drmas token budget per micro-batch or 'auto'")
+    parser.add_argument("--micro-batch-tokens", default="2048", help="drmas token budget per micro-batch or 'auto'")
+    parser.add_argument("--activation-checkpointing", type=int, default=0, help="drmas: checkpoint every k-th layer")
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--out", default=None, help="also write the JSON here")
@@ -267,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TRL_EXPERIMENTAL_SILENCE": "1"}
     common = [sys.executable, __file__, "--model", args.model, "--batch", str(args.batch), "--group", str(args.group),
               "--max-new-tokens", str(args.max_new_tokens), "--warmup", str(args.warmup), "--steps", str(args.steps),
-              "--threads", str(args.threads), "--micro-batch-tokens", str(args.micro_batch_tokens)]  # fmt: skip
+              "--threads", str(args.threads), "--micro-batch-tokens", str(args.micro_batch_tokens),
+              "--activation-checkpointing", str(args.activation_checkpointing)]  # fmt: skip
     if args.data:
         common += ["--data", args.data]
     load = os.getloadavg()[0]
@@ -309,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             if ours and theirs:
                 ratios[f"drmas_vs_{other}/{mode}"] = {
                     "tokens_per_s": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 3),
+                    "tokens_per_cpu_s": round(ours["tokens_per_cpu_s"] / theirs["tokens_per_cpu_s"], 3),
                     "peak_rss": round(ours["peak_rss_gb"] / theirs["peak_rss_gb"], 3),
                 }
     result["ratios"] = ratios

@@ -66,7 +66,7 @@ def test_errors_and_default_chunk():
         chunked_token_logprobs(h, w, torch.zeros(3, dtype=torch.long), temperature=0.0)
     with pytest.raises(ValueError, match="chunk must be >= 1"):
         chunked_token_logprobs(h, w, torch.zeros(3, dtype=torch.long), chunk=0)
-    assert default_chunk(49152) == 682 and default_chunk(10**9) == 16
+    assert default_chunk(49152) == 170 and default_chunk(10**9) == 16
 
 
 def _batch(model, seed=0):
