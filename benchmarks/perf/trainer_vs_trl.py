@@ -242,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="timed steps per process")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each process")
-    parser.add_argument("--micro-batch-tokens", default="2048", help="drmas token budget per micro-batch or 'auto'")
+    parser.add_argument("--micro-batch-tokens", default="2048", help="drmas token budget per micro-batch or 'auto'; "
+                        "a comma-separated list runs the drmas side once per value (sides drmas@<value>)")  # fmt: skip
     parser.add_argument("--activation-checkpointing", type=int, default=0, help="drmas: checkpoint every k-th layer")
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--modes", default=",".join(MODES))
@@ -255,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-file", help=argparse.SUPPRESS)
     parser.add_argument("--prepare-to", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.micro_batch_tokens != "auto":
-        args.micro_batch_tokens = int(args.micro_batch_tokens)
+    budgets = [b if b == "auto" else int(b) for b in str(args.micro_batch_tokens).split(",")]
+    args.micro_batch_tokens = budgets[0]
     if args.data is None:
         default = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k_test.jsonl"
         args.data = str(default) if default.is_file() else None
@@ -277,8 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TRL_EXPERIMENTAL_SILENCE": "1"}
     common = [sys.executable, __file__, "--model", args.model, "--batch", str(args.batch), "--group", str(args.group),
               "--max-new-tokens", str(args.max_new_tokens), "--warmup", str(args.warmup), "--steps", str(args.steps),
-              "--threads", str(args.threads), "--micro-batch-tokens", str(args.micro_batch_tokens),
-              "--activation-checkpointing", str(args.activation_checkpointing)]  # fmt: skip
+              "--threads", str(args.threads), "--activation-checkpointing", str(args.activation_checkpointing)]  # fmt: skip
+    runs_of = []  # (label, side, budget)
+    for side in sides:
+        if side.startswith("drmas") and len(budgets) > 1:
+            runs_of += [(f"{side}@{b}", side, b) for b in budgets]
+        else:
+            runs_of.append((side, side, budgets[0]))
     if args.data:
         common += ["--data", args.data]
     load = os.getloadavg()[0]
@@ -286,18 +292,20 @@ def main(argv: list[str] | None = None) -> int:
         data_file = Path(args.batch_file or Path(tmp) / "batch.json")
         t0 = time.perf_counter()
         if not data_file.is_file():
-            subprocess.run([*common, "--prepare-to", str(data_file)], env=env, check=True)
+                subprocess.run([*common, "--micro-batch-tokens", str(budgets[0]), "--prepare-to", str(data_file)], env=env,
+                           check=True)  # fmt: skip
         prepare_s = time.perf_counter() - t0
         batch = json.loads(data_file.read_text())
         runs: dict[str, list[dict]] = {}
         for _ in range(args.rounds):
             for mode in modes:
-                for side in sides:  # interleaved: every side once per round
-                    proc = subprocess.run([*common, "--side", side, "--mode", mode, "--data-file", str(data_file)],
-                                          env=env, check=True, capture_output=True, text=True)  # fmt: skip
+                for label, side, budget in runs_of:  # interleaved: every side once per round
+                    proc = subprocess.run([*common, "--micro-batch-tokens", str(budget), "--side", side, "--mode", mode,
+                                           "--data-file", str(data_file)], env=env, check=True, capture_output=True,
+                                          text=True)  # fmt: skip
                     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
-                    runs.setdefault(f"{side}/{mode}", []).append(json.loads(line[len("RESULT ") :]))
-                    print(f"{side}/{mode}: {runs[f'{side}/{mode}'][-1]}", file=sys.stderr, flush=True)
+                    runs.setdefault(f"{label}/{mode}", []).append(json.loads(line[len("RESULT ") :]))
+                    print(f"{label}/{mode}: {runs[f'{label}/{mode}'][-1]}", file=sys.stderr, flush=True)
     zero_adv_groups = sum(
         len({r["reward_real"] for r in rows[i : i + args.group]}) == 1
         for rows in batch["steps"][args.warmup :] for i in range(0, len(rows), args.group)
@@ -313,12 +321,13 @@ def main(argv: list[str] | None = None) -> int:
         "sides": {k: _summary(v, args.warmup) for k, v in runs.items()},
     }
     ratios = {}
+    ours_labels = [label for label, side, _ in runs_of if side == "drmas"]
+    other_labels = [label for label, side, _ in runs_of if side != "drmas"]
     for mode in modes:
-        ours = result["sides"].get(f"drmas/{mode}")
-        for other in ("trl", "trl-nogc", "drmas-plain"):
-            theirs = result["sides"].get(f"{other}/{mode}")
-            if ours and theirs:
-                ratios[f"drmas_vs_{other}/{mode}"] = {
+        for label in ours_labels:
+            for other in other_labels:
+                ours, theirs = result["sides"][f"{label}/{mode}"], result["sides"][f"{other}/{mode}"]
+                ratios[f"{label}_vs_{other}/{mode}"] = {
                     "tokens_per_s": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 3),
                     "tokens_per_cpu_s": round(ours["tokens_per_cpu_s"] / theirs["tokens_per_cpu_s"], 3),
                     "peak_rss": round(ours["peak_rss_gb"] / theirs["peak_rss_gb"], 3),
