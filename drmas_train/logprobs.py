@@ -169,7 +169,7 @@ def forward_logprobs(
     )  # fmt: skip
     if ent is not None and not entropy_grad:
         ent = ent.detach()
-    zeros = torch.zeros((batch, resp_len), dtype=torch.float32, device=device)
+    zeros = torch.zeros((batch, resp_len), dtype=logp.dtype, device=device)  # float32 (float64 for a float64 model)
     logprobs = zeros.masked_scatter(real, logp)
     entropy = zeros.masked_scatter(real, ent) if ent is not None else None
     return logprobs, response_mask, entropy
