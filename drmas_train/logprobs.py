@@ -27,7 +27,7 @@ import torch
 
 from drmas_train.lm_head import chunked_token_logprobs
 
-__all__ = ["forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head"]
+__all__ = ["forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts"]
 
 
 def cache_kwarg(model: Any) -> str:
@@ -223,6 +223,16 @@ def _packed_hidden(decoder, prompt_ids, response_ids, pad_token_id, device):
 def _response_mask(response_ids, resp_len, device):
     lengths = torch.as_tensor([len(r) for r in response_ids], device=device).unsqueeze(-1)
     return (torch.arange(resp_len, device=device) < lengths).to(torch.float32)  # (B, T)
+
+
+def can_share_prompts(model: Any, lm_head_chunk: int | None = None) -> bool:
+    """Whether ``forward_logprobs(model, ..., lm_head_chunk=lm_head_chunk, share_prompts=True)`` can share prompts:
+    the chunked path applies (:func:`split_lm_head`, ``lm_head_chunk != 0``) and the model's cache layers are plain
+    ``DynamicLayer`` s (:func:`drmas_train.backends.prefill.can_stitch`)."""
+    from drmas_train.backends.prefill import can_stitch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return lm_head_chunk != 0 and split_lm_head(model) is not None and can_stitch(base)
 
 
 def _worth_sharing(model: Any, prompt_ids: Sequence[Sequence[int]]) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.logprobs import forward_logprobs
+from drmas_train.logprobs import can_share_prompts, forward_logprobs
 from drmas_train.losses import PolicyLossConfig, policy_loss
 from drmas_train.optim import ModelOptimizer, micro_batches, prompt_micro_batches
 from drmas_train.samples import Sample
@@ -120,7 +120,8 @@ def ppo_update(
         return {}
     if activation_checkpointing < 0:
         raise ValueError(f"activation_checkpointing must be >= 0 (0 = off, k = every k-th layer), got {activation_checkpointing}")
-    share_prompts = share_prompts and not activation_checkpointing
+    # micro-batches count a shared prompt once only where the forward really shares it
+    share_prompts = share_prompts and not activation_checkpointing and can_share_prompts(model, lm_head_chunk)
     fwd = {"lm_head_chunk": lm_head_chunk, "share_prompts": share_prompts}
     with _checkpointing(model, activation_checkpointing):
         return _ppo_update(model, opt, samples, advantages, loss_cfg, pad_token_id, temperature, ppo_epochs,

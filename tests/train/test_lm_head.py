@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from drmas_train.lm_head import chunked_token_logprobs, default_chunk
-from drmas_train.logprobs import forward_logprobs, split_lm_head
+from drmas_train.logprobs import can_share_prompts, forward_logprobs, split_lm_head
 from drmas_train.models import load_model
 
 
@@ -130,5 +130,6 @@ def test_entropy_without_grad_and_fallbacks():
         assert lp.requires_grad and not ent.requires_grad
     with pytest.raises(ValueError, match="lm_head_chunk must be >= 0"):
         forward_logprobs(model, prompts, responses, pad_token_id=0, lm_head_chunk=-1)
+    assert can_share_prompts(model) and not can_share_prompts(model, lm_head_chunk=0)
     model.config.final_logit_softcapping = 30.0  # logits are not lm_head(h): the plain path
-    assert split_lm_head(model) is None
+    assert split_lm_head(model) is None and not can_share_prompts(model)
