@@ -195,3 +195,24 @@ def test_bf16_autocast_logprobs_within_tolerance_and_mode_resolution():
                    loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0, autocast_dtype=torch.bfloat16)  # fmt: skip
     assert np.isfinite(m["grad_norm"]) and m["grad_norm"] > 0
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_lora_model_takes_the_fast_path_with_the_same_step():
+    from peft import LoraConfig, get_peft_model
+
+    base = load_model("tiny-llama").model
+    samples = _group_samples(base, seed=3)
+    adv = np.linspace(-1, 1, len(samples))
+    steps = []
+    for kwargs in ({"lm_head_chunk": 0, "share_prompts": False}, {}):
+        torch.manual_seed(0)
+        model = get_peft_model(copy.deepcopy(base), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                               init_lora_weights=False))  # fmt: skip
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        before = torch.cat([p.detach().flatten() for p in trainable])
+        opt = torch.optim.SGD(trainable, lr=1.0)
+        mopt = ModelOptimizer("m", opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0), grad_clip=1e9)
+        ppo_update(model, mopt, samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0, **kwargs)
+        steps.append(before - torch.cat([p.detach().flatten() for p in trainable]))
+    assert steps[0].abs().max() > 0
+    torch.testing.assert_close(steps[1], steps[0], rtol=1e-4, atol=1e-6 * float(steps[0].abs().max()))
