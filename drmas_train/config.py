@@ -16,7 +16,7 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -178,8 +178,17 @@ class OptimConfig:
     """linear warm-up, in optimizer steps; constant afterwards."""
     grad_clip: float = 1.0
     """max total grad norm per model (the pre-clip norm is logged)."""
-    micro_batch_tokens: int = 8192
-    """token budget (padded prompt + response tokens) of one forward/backward micro-batch."""
+    micro_batch_tokens: Union[int, str] = 2048  # noqa: UP007 (OmegaConf reads typing.Union, not int | str)
+    """token budget (padded prompt + response tokens; a group's shared prompt counts once) of one forward/backward
+    micro-batch, or ``auto``: chosen from the free memory (:mod:`drmas_train.memory_budget`). Saved activations
+    cost about 1.3 MB per token for SmolLM2-135M in float32 (docs/update-performance.md), so 2048 keeps them near
+    2.6 GB; larger budgets barely speed up a CPU update."""
+    activation_checkpointing: int = 0
+    """0 = off; k = recompute every k-th decoder layer in the backward (about 18x less activation memory at k = 1
+    for a third more forward compute; group prompts are then not shared)."""
+    autocast: str = "off"
+    """``off`` | ``bf16`` | ``auto`` (bf16 where matmuls are native bf16: CUDA or AMX CPUs;
+    :mod:`drmas_train.precision`)."""
 
 
 @dataclass
@@ -223,7 +232,8 @@ class RunConfig:
     keep_checkpoints: int = 2
     """how many most recent checkpoints to keep."""
     num_threads: int = 0
-    """torch CPU threads (0 = torch default)."""
+    """torch CPU threads (0 = ``OMP_NUM_THREADS`` if set, else every core this process may use,
+    ``os.sched_getaffinity``; a warning is logged when other processes already load them: :mod:`drmas_train.threads`)."""
     progress: bool = True
     """progress bars on the console."""
     tensorboard: bool = True
@@ -419,7 +429,11 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     _check(r.truncation in TRUNCATION_MODES, f"rollout.truncation={r.truncation!r}; accepted: {', '.join(TRUNCATION_MODES)}")
     _check(o.lr > 0 and o.grad_clip > 0, f"optim.lr and optim.grad_clip must be > 0, got {o.lr}, {o.grad_clip}")
     _check(len(o.betas) == 2, f"optim.betas must be two numbers, got {o.betas}")
-    _check(o.micro_batch_tokens >= 1, f"optim.micro_batch_tokens must be >= 1, got {o.micro_batch_tokens}")
+    _check(o.micro_batch_tokens == "auto" or (isinstance(o.micro_batch_tokens, int) and o.micro_batch_tokens >= 1),
+           f"optim.micro_batch_tokens must be an int >= 1 or 'auto', got {o.micro_batch_tokens!r}")  # fmt: skip
+    _check(o.autocast in ("off", "bf16", "auto"), f"optim.autocast={o.autocast!r}; accepted: off, bf16, auto")
+    _check(o.activation_checkpointing >= 0, f"optim.activation_checkpointing must be >= 0, got {o.activation_checkpointing}")
+    _check(cfg.run.num_threads >= 0, f"run.num_threads must be >= 0 (0 = all available cores), got {cfg.run.num_threads}")
     _check(cfg.run.iterations >= 1, f"run.iterations must be >= 1, got {cfg.run.iterations}")
     _check(cfg.eval.k >= 1 and cfg.eval.size >= 1, "eval.k and eval.size must be >= 1")
     _check(cfg.eval.temperature >= 0, f"eval.temperature must be >= 0 (0 = greedy), got {cfg.eval.temperature}")

@@ -114,7 +114,10 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 
 def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
-    """PNG with reward mean per agent and pre-clip grad norm per model over iterations.
+    """PNG with three panels over iterations: accuracy (train ``rollout/accuracy`` and validation ``val/avg@k``),
+    reward mean per agent, and pre-clip grad norm per model.
+
+    Validation points exist only at the iterations where it ran; they are drawn as markers joined by a line.
 
     Raises:
         ValueError: the file holds no rows.
@@ -130,16 +133,25 @@ def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for row in rows:
         for k, v in row.items():
-            if v is not None and (k.startswith("reward/") and k.endswith("/mean") or k.endswith("/grad_norm")):
+            if v is None:
+                continue
+            if (k.startswith("reward/") and k.endswith("/mean") or k.endswith("/grad_norm")
+                    or k == "rollout/accuracy" or k.startswith("val/avg@")):  # fmt: skip
                 series[k].append((row["iteration"], v))
-    fig, (ax_r, ax_g) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_a, ax_r, ax_g) = plt.subplots(1, 3, figsize=(16, 4))
     for k, pts in sorted(series.items()):
-        ax = ax_r if k.startswith("reward/") else ax_g
         xs, ys = zip(*pts, strict=False)
-        ax.plot(xs, ys, marker="o", label=k.split("/")[1])
+        if k == "rollout/accuracy":
+            ax_a.plot(xs, ys, marker="o", label="train (rollout)")
+        elif k.startswith("val/"):
+            ax_a.plot(xs, ys, marker="s", linestyle="--", label=f"validation {k.split('/')[1]}")
+        else:
+            ax = ax_r if k.startswith("reward/") else ax_g
+            ax.plot(xs, ys, marker="o", label=k.split("/")[1])
+    ax_a.set(title="accuracy", xlabel="iteration", ylabel="share of trajectories won", ylim=(-0.02, 1.02))
     ax_r.set(title="reward per agent (mean)", xlabel="iteration", ylabel="reward")
     ax_g.set(title="pre-clip grad norm per model", xlabel="iteration", ylabel="L2 norm")
-    for ax in (ax_r, ax_g):
+    for ax in (ax_a, ax_r, ax_g):
         if ax.lines:
             ax.legend()
         ax.grid(alpha=0.3)

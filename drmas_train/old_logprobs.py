@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.logprobs import forward_logprobs
-from drmas_train.optim import micro_batches
+from drmas_train.logprobs import can_share_prompts, forward_logprobs
+from drmas_train.optim import micro_batches, prompt_micro_batches
 from drmas_train.samples import Sample
 
 __all__ = ["recompute_old_logprobs", "logprob_mismatch"]
@@ -83,8 +83,12 @@ def recompute_old_logprobs(
     *,
     pad_token_id: int,
     temperature: float,
-    micro_batch_tokens: int,
+    micro_batch_tokens: int | str,
     select: Sequence[bool] | np.ndarray | None = None,
+    lm_head_chunk: int | None = None,
+    share_prompts: bool = True,
+    autocast_dtype: torch.dtype | None = None,
+    activation_checkpointing: int = 0,
 ) -> tuple[list[Sample], dict[str, float]]:
     """The samples with ``old_logprobs`` taken from ``model``, and the engine/trainer mismatch.
 
@@ -98,6 +102,10 @@ def recompute_old_logprobs(
             the update's first forward.
         select: (B,) bools; only selected samples are recomputed (the trainer leaves out samples the loss
             ignores: advantage exactly 0 with no KL and no entropy term). None = all.
+        lm_head_chunk, share_prompts, autocast_dtype, activation_checkpointing: the update's forward settings
+            (:func:`drmas_train.update.ppo_update`): the same micro-batches (prompt-grouped where prompts are shared)
+            and the same forward path, so the first step's PPO ratio is exactly 1. With ``micro_batch_tokens="auto"``
+            the budget is chosen here as in the update (from the free memory, which may differ by then).
 
     Returns:
         ``(new_samples, metrics)``: B samples (copies for recomputed ones, the same objects otherwise) and
@@ -113,16 +121,27 @@ def recompute_old_logprobs(
         return list(samples), {}
     picked = [samples[i] for i in chosen]
     lengths = [len(s.prompt_ids) + len(s.response_ids) for s in picked]
+    share = share_prompts and not activation_checkpointing and can_share_prompts(model, lm_head_chunk)
+    if micro_batch_tokens == "auto":
+        from drmas_train.memory_budget import auto_micro_batch_tokens
+
+        micro_batch_tokens = auto_micro_batch_tokens(model, max(lengths), lm_head_chunk=lm_head_chunk)
+    if share:
+        micros = prompt_micro_batches([s.prompt_ids for s in picked], [len(s.response_ids) for s in picked], micro_batch_tokens)
+    else:
+        micros = micro_batches(lengths, micro_batch_tokens)
     new_rows: dict[int, list[float]] = {}
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     try:
-        for micro in micro_batches(lengths, micro_batch_tokens):
+        for micro in micros:
             batch = [picked[i] for i in micro]
-            logprobs, _, _ = forward_logprobs(
-                model, [s.prompt_ids for s in batch], [s.response_ids for s in batch],
-                pad_token_id=pad_token_id, temperature=temperature,
-            )  # (b, T) float32, 0 on padding  # fmt: skip
+            with torch.no_grad(), torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                logprobs, _, _ = forward_logprobs(
+                    model, [s.prompt_ids for s in batch], [s.response_ids for s in batch], pad_token_id=pad_token_id,
+                    temperature=temperature, lm_head_chunk=lm_head_chunk, share_prompts=share,
+                )  # (b, T) float32, 0 on padding  # fmt: skip
             rows = logprobs.cpu().tolist()
             for j, i in enumerate(micro):
                 new_rows[chosen[i]] = rows[j][: len(picked[i].response_ids)]
@@ -157,7 +176,9 @@ def old_logprobs_for_update(
     Args:
         model: the training model (its current weights are π_old). samples: (B,). advantages: (B,) float.
         recompute: whether to recompute. pad_token_id: the tokenizer's pad id.
-        update_kwargs: :func:`drmas_train.updater.update_kwargs` (``loss_cfg``, ``temperature``, ``micro_batch_tokens``).
+        update_kwargs: the update's keyword arguments, :func:`drmas_train.updater.for_device` of
+            :func:`drmas_train.updater.update_kwargs` (``loss_cfg``, ``temperature``, ``micro_batch_tokens``,
+            ``autocast_dtype``, ``activation_checkpointing``).
 
     Returns:
         ``(samples, metrics)``: the samples to update on and the engine/trainer mismatch metrics
@@ -170,4 +191,7 @@ def old_logprobs_for_update(
     return recompute_old_logprobs(
         model, samples, pad_token_id=pad_token_id, temperature=update_kwargs["temperature"],
         micro_batch_tokens=update_kwargs["micro_batch_tokens"], select=used,
+        lm_head_chunk=update_kwargs.get("lm_head_chunk"), share_prompts=update_kwargs.get("share_prompts", True),
+        autocast_dtype=update_kwargs.get("autocast_dtype"),
+        activation_checkpointing=update_kwargs.get("activation_checkpointing", 0),
     )  # fmt: skip

@@ -2,6 +2,9 @@
 
 One :class:`ModelOptimizer` per *trainable* model of the pool: a model shared by several agents (Dr. MAS "LLM
 sharing") has one optimizer and trains on all of its agents' samples; non-sharing models each have their own.
+AdamW runs its fused kernel (one multi-tensor kernel per step, ``torch.optim.AdamW(fused=True)``) where torch has
+one for the parameters' device and dtype, and the ``foreach`` implementation otherwise; both compute the same
+update as the per-parameter loop up to float rounding.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 
 from drmas_train.token_budget import pack_by_token_budget
 
-__all__ = ["ModelOptimizer", "build_optimizer", "micro_batches"]
+__all__ = ["ModelOptimizer", "build_optimizer", "micro_batches", "prompt_micro_batches"]
 
 
 def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -36,6 +39,64 @@ def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
         ValueError: ``token_budget < 1``.
     """
     return pack_by_token_budget(lengths, token_budget)
+
+
+def prompt_micro_batches(
+    prompts: Sequence[Sequence[int]], response_lengths: Sequence[int], token_budget: int
+) -> list[list[int]]:
+    """Micro-batches for the shared-prompt forward: rows with the same prompt kept together, each prompt paid once.
+
+    The forward of a micro-batch with U distinct prompts and k rows feeds ``U * P + k * T`` tokens (P: its longest
+    prompt, T: its longest response; :func:`drmas_train.logprobs.forward_logprobs` with ``share_prompts``), and
+    that is the cost kept within ``token_budget``. Prompt groups are taken shortest prompt first, rows within a
+    group shortest response first; a group that does not fit is split across micro-batches (each part then pays
+    the prompt again); a row that alone exceeds the budget gets a micro-batch of its own.
+
+    Args:
+        prompts: (B,) prompt token ids of each sample (equal sequences share).
+        response_lengths: (B,) response tokens of each sample.
+        token_budget: max fed tokens per micro-batch (>= 1).
+
+    Returns:
+        lists of sample indices; every index appears exactly once.
+
+    Raises:
+        ValueError: ``token_budget < 1`` or ``prompts`` and ``response_lengths`` of different lengths.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+    if len(prompts) != len(response_lengths):
+        raise ValueError(f"got {len(prompts)} prompts but {len(response_lengths)} response lengths")
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(tuple(p), []).append(i)
+    out: list[list[int]] = []
+    current: list[int] = []
+    keys: set[tuple[int, ...]] = set()
+    longest_p = longest_t = 0
+    for key in sorted(groups, key=len):
+        for i in sorted(groups[key], key=lambda j: response_lengths[j]):
+            new_p, new_t = max(longest_p, len(key)), max(longest_t, response_lengths[i])
+            if current and (len(keys) + (key not in keys)) * new_p + (len(current) + 1) * new_t > token_budget:
+                out.append(current)
+                current, keys, new_p, new_t = [], set(), len(key), response_lengths[i]
+            current.append(i)
+            keys.add(key)
+            longest_p, longest_t = new_p, new_t
+    if current:
+        out.append(current)
+    return out
+
+
+def _adamw(params: list[torch.nn.Parameter], **kwargs: Any) -> torch.optim.AdamW:
+    """AdamW with torch's fused kernel when it supports ``params`` (device type and dtype), else ``foreach``.
+
+    torch validates ``fused=True`` at construction and raises RuntimeError for unsupported devices or dtypes.
+    """
+    try:
+        return torch.optim.AdamW(params, fused=True, **kwargs)
+    except RuntimeError:
+        return torch.optim.AdamW(params, foreach=True, **kwargs)
 
 
 @dataclass
@@ -115,7 +176,8 @@ def build_optimizer(
     """AdamW (Loshchilov & Hutter, arXiv 1711.05101) over ``model``'s trainable parameters.
 
     Defaults are the Dr. MAS / verl reference (lr 1e-6, weight decay 0.01, grad clip 1.0). With LoRA only the
-    adapter weights require grad, so only they are optimised.
+    adapter weights require grad, so only they are optimised. The fused kernel is used where available
+    (``opt.optimizer.defaults["fused"]`` tells which).
 
     Raises:
         ValueError: the model has no trainable parameter, or lr / grad_clip <= 0.
@@ -125,7 +187,7 @@ def build_optimizer(
         raise ValueError(f"model {model_id!r} has no trainable parameters; set trainable: true or remove it from training")
     if not (lr > 0 and grad_clip > 0):
         raise ValueError(f"lr and grad_clip must be > 0, got lr={lr}, grad_clip={grad_clip}")
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=(float(betas[0]), float(betas[1])))
+    opt = _adamw(params, lr=lr, weight_decay=weight_decay, betas=(float(betas[0]), float(betas[1])))
     warm = max(int(warmup_steps), 0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warm) if warm else 1.0)
     return ModelOptimizer(model_id, opt, sched, float(grad_clip))

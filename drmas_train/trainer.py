@@ -83,10 +83,10 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     from drmas_train.optim import build_optimizer
     from drmas_train.run_dir import prepare_run_dir
     from drmas_train.task_sampler import TaskSampler
+    from drmas_train.threads import configure_threads
     from drmas_train.updater import LocalUpdater
 
-    if cfg.run.num_threads > 0:
-        torch.set_num_threads(cfg.run.num_threads)
+    configure_threads(cfg.run.num_threads)  # 0 = the cores available; warns once if others already load them
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)

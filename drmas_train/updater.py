@@ -19,7 +19,7 @@ import numpy as np
 
 from drmas_train.config import TrainConfig
 
-__all__ = ["LocalUpdater", "loss_config", "update_kwargs"]
+__all__ = ["LocalUpdater", "loss_config", "update_kwargs", "for_device"]
 
 
 def loss_config(cfg: TrainConfig) -> Any:
@@ -34,7 +34,18 @@ def update_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     """Keyword arguments of :func:`drmas_train.update.ppo_update` that come from the config alone."""
     a = cfg.algorithm
     return {"loss_cfg": loss_config(cfg), "temperature": cfg.rollout.temperature, "ppo_epochs": a.ppo_epochs,
-            "mini_batches": a.mini_batches, "micro_batch_tokens": cfg.optim.micro_batch_tokens}  # fmt: skip
+            "mini_batches": a.mini_batches, "micro_batch_tokens": cfg.optim.micro_batch_tokens,
+            "activation_checkpointing": cfg.optim.activation_checkpointing, "autocast": cfg.optim.autocast}  # fmt: skip
+
+
+def for_device(kwargs: dict[str, Any], device: Any) -> dict[str, Any]:
+    """:func:`update_kwargs` for a model on ``device``: the ``autocast`` mode (``optim.autocast``) becomes
+    ``ppo_update``'s ``autocast_dtype`` (:func:`drmas_train.precision.resolve_autocast`)."""
+    from drmas_train.precision import resolve_autocast
+
+    out = dict(kwargs)
+    out["autocast_dtype"] = resolve_autocast(out.pop("autocast", "off"), device)
+    return out
 
 
 class LocalUpdater:
@@ -71,13 +82,13 @@ class LocalUpdater:
         for model_id, opt in self.optimizers.items():
             idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
             loaded = self.pool.models[model_id]
-            pad = loaded.tokenizer.pad_token_id
+            pad, dev_kwargs = loaded.tokenizer.pad_token_id, for_device(kwargs, next(loaded.model.parameters()).device)
             model_samples, drift = old_logprobs_for_update(  # π_old from the training model, as the reference
                 loaded.model, [samples[i] for i in idx], adv[idx], recompute=self.cfg.algorithm.recompute_old_logprobs,
-                pad_token_id=pad, update_kwargs=kwargs,
+                pad_token_id=pad, update_kwargs=dev_kwargs,
             )  # fmt: skip
             out = ppo_update(loaded.model, opt, model_samples, adv[idx], pad_token_id=pad,
-                             ref_model=self.ref_models.get(model_id), seed=seed, **kwargs)  # fmt: skip
+                             ref_model=self.ref_models.get(model_id), seed=seed, **dev_kwargs)  # fmt: skip
             self.pool.backends[model_id].sync_weights(loaded.model)
             metrics.update({f"loss/{model_id}/{k}": v for k, v in {**drift, **out}.items()})
         return metrics

@@ -26,10 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.losses import PolicyLossConfig
-from drmas_train.optim import ModelOptimizer, micro_batches
+from drmas_train.optim import ModelOptimizer
 from drmas_train.samples import Sample
-from drmas_train.update import _ADDITIVE, _denominator, _micro_step
 
 __all__ = ["STRATEGIES", "resolve_strategy", "wrap_model", "unwrap_model", "dp_ppo_update"]
 
@@ -115,83 +113,43 @@ def dp_ppo_update(
     *,
     rank: int,
     world_size: int,
-    loss_cfg: PolicyLossConfig,
     pad_token_id: int,
-    temperature: float,
-    ppo_epochs: int = 1,
-    mini_batches: int = 1,
-    micro_batch_tokens: int = 8192,
-    ref_model: Any = None,
-    seed: int = 0,
-    skip_zero_advantage: bool = True,
+    **update_kwargs: Any,
 ) -> dict[str, float]:
     """This rank's share of the PPO epochs of one model; every rank of the group must call it with the same data.
 
-    Args: as :func:`drmas_train.update.ppo_update`, plus ``rank`` / ``world_size`` of the default process group.
+    It is :func:`drmas_train.update.ppo_update` itself, with a :class:`~drmas_train.update.RankShare`: the same
+    micro-batch plan on every rank, rank ``r`` running micro-batches ``r, r + N, ...`` (loss scaled by N so the
+    averaged gradient is the single-process sum), zero-loss passes for ranks with fewer, gradients reduced on the
+    mini-batch's last pass, and the metrics summed over ranks.
+
+    Args: as :func:`drmas_train.update.ppo_update` (``update_kwargs``), plus ``rank`` / ``world_size`` of the default
+        process group.
 
     Returns:
         the metrics of :func:`drmas_train.update.ppo_update`, reduced over ranks (identical on every rank).
 
     Raises:
-        ValueError: ``advantages`` not aligned with ``samples``.
+        ValueError: as :func:`drmas_train.update.ppo_update`.
     """
     import torch.distributed as dist
 
-    if len(advantages) != len(samples):
-        raise ValueError(f"got {len(advantages)} advantages for {len(samples)} samples")
-    if not samples:
-        return {}
-    rng = np.random.default_rng(seed)
-    sums: dict[str, float] = defaultdict(float)
-    weight, n_mb, norms, skipped = 0.0, 0, [], 0
-    model.train()
-    try:
-        for _ in range(ppo_epochs):
-            order = rng.permutation(len(samples)) if mini_batches > 1 else np.arange(len(samples))
-            for mb in np.array_split(order, mini_batches):
-                if len(mb) == 0:
-                    continue
-                denom = _denominator([samples[i] for i in mb], loss_cfg.agg)  # over the whole mini-batch
-                if skip_zero_advantage and not loss_cfg.kl_coef and not loss_cfg.entropy_coef:
-                    mb = mb[np.asarray(advantages)[mb] != 0]
-                mb_samples = [samples[i] for i in mb]
-                lengths = [len(s.prompt_ids) + len(s.response_ids) for s in mb_samples]
-                n_mb += 1
-                micros = micro_batches(lengths, micro_batch_tokens)
-                mine = micros[rank::world_size]
-                rounds = -(-len(micros) // world_size)  # every rank runs this many forward/backward passes
-                for r in range(rounds):
-                    with _sync_context(model, sync=r == rounds - 1):
-                        if r >= len(mine):
-                            _idle_step(model, pad_token_id)
-                            continue
-                        micro = mine[r]
-                        batch = [mb_samples[i] for i in micro]
-                        adv = torch.as_tensor(advantages[mb[micro]], dtype=torch.float32)  # (b,)
-                        metrics, tokens = _micro_step(model, batch, adv, loss_cfg, pad_token_id, temperature,
-                                                      denom / world_size, ref_model)  # fmt: skip
-                    for k, v in metrics.items():
-                        sums[k] += v / world_size if k in _ADDITIVE else v * tokens
-                    weight += tokens
-                norm, stepped = opt.step()
-                norms.append(norm)
-                skipped += not stepped
-    finally:
-        model.eval()
-    gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, (dict(sums), weight))
-    total: dict[str, float] = defaultdict(float)
-    for part, _ in gathered:
-        for k, v in part.items():
-            total[k] += v
-    weight = sum(w for _, w in gathered)
-    out = {k: v / n_mb if k in _ADDITIVE else v / max(weight, 1.0) for k, v in total.items()}
-    finite = [n for n in norms if np.isfinite(n)]
-    out.update(
-        grad_norm=float(np.mean(finite)) if finite else float("nan"),
-        grad_norm_max=float(np.max(finite)) if finite else float("nan"),
-        steps=float(len(norms)),
-        skipped_steps=float(skipped),
-        lr=opt.lr,
-    )
-    return out
+    from drmas_train.update import RankShare, ppo_update
+
+    def reduce(sums: dict[str, float], weight: float) -> tuple[dict[str, float], float]:
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, (sums, weight))
+        total: dict[str, float] = defaultdict(float)
+        for part, _ in gathered:
+            for k, v in part.items():
+                total[k] += v
+        return dict(total), sum(w for _, w in gathered)
+
+    def agree_budget(tokens: int) -> int:
+        t = torch.tensor([int(tokens)], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())
+
+    share = RankShare(rank=rank, world_size=world_size, sync=lambda last: _sync_context(model, sync=last),
+                      idle_step=lambda: _idle_step(model, pad_token_id), reduce=reduce, agree_budget=agree_budget)  # fmt: skip
+    return ppo_update(model, opt, samples, advantages, pad_token_id=pad_token_id, share=share, **update_kwargs)

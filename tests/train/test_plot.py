@@ -1,0 +1,39 @@
+"""The training plot: accuracy (train and validation), reward per agent, grad norm per model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from matplotlib.figure import Figure
+
+from drmas_train.metrics_log import plot_run
+
+
+def test_plot_has_train_and_validation_accuracy(tmp_path, monkeypatch):
+    rows = [
+        {"iteration": 1, "rollout/accuracy": 0.25, "reward/solver/mean": 0.1, "loss/shared/grad_norm": 0.5},
+        {"iteration": 2, "rollout/accuracy": 0.5, "reward/solver/mean": 0.2, "loss/shared/grad_norm": 0.4,
+         "val/avg@4": 0.375, "val/pass@4": 0.6},
+        {"iteration": 3, "rollout/accuracy": None, "reward/solver/mean": 0.3, "loss/shared/grad_norm": 0.3},
+        {"iteration": 4, "rollout/accuracy": 0.75, "val/avg@4": 0.5},
+    ]  # fmt: skip
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figures = []
+    original = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), original(self, *a, **k))[1])
+    out = plot_run(path, tmp_path / "curves.png")
+    assert out.stat().st_size > 1000
+    acc, reward, grad = figures[0].axes
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in acc.lines}
+    assert lines == {"train (rollout)": ([1, 2, 4], [0.25, 0.5, 0.75]), "validation avg@4": ([2, 4], [0.375, 0.5])}
+    assert [line.get_label() for line in reward.lines] == ["solver"]
+    assert [line.get_label() for line in grad.lines] == ["shared"]
+    assert acc.get_title() == "accuracy"
+
+
+def test_plot_of_an_empty_file_is_an_error(tmp_path):
+    (tmp_path / "m.jsonl").write_text("")
+    with pytest.raises(ValueError, match="holds no metrics rows"):
+        plot_run(tmp_path / "m.jsonl", tmp_path / "x.png")
