@@ -12,7 +12,7 @@ What runs:
    the real lock-step rollout with the HF backend, Dr. MAS advantages, the PPO update with AdamW, a checkpoint.
 2. ``fsdp``: ``torch.distributed`` with one rank (nccl on CUDA, gloo on CPU), the same architecture with
    float32 master weights wrapped by FSDP2 ``fully_shard`` (bf16 compute through ``MixedPrecisionPolicy``),
-   ``--fsdp-steps`` :func:`drmas_train.update.ppo_update` calls on the last iteration's samples, then a
+   ``--fsdp-steps`` :func:`drmas_train.distributed.data_parallel.dp_ppo_update` calls on the last iteration's samples, then a
    :mod:`drmas_train.distributed.checkpoint` save/load round trip.
 
 Output (stdout, one line): ``{"ok", "device", "torch", "transformers", "cuda", "dtype", "model", "single",
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=int, default=16, help="tasks per iteration (N)")
     p.add_argument("--group-size", type=int, default=8, help="rollouts per task (G)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="response length limit per agent call")
-    p.add_argument("--fsdp-steps", type=int, default=3, help="ppo_update calls under FSDP2 (0 = skip)")
+    p.add_argument("--fsdp-steps", type=int, default=3, help="dp_ppo_update calls under FSDP2 (0 = skip)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
     p.add_argument("--out", default=None, help="keep the run directory here (default: a temporary one)")
     return p
@@ -280,11 +280,11 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
         raise MachineError(f"torch {torch.__version__} was built without torch.distributed / NCCL")
 
     from drmas_train.distributed.checkpoint import load_sharded, save_sharded
+    from drmas_train.distributed.data_parallel import dp_ppo_update
     from drmas_train.losses import PolicyLossConfig
     from drmas_train.models import ModelSpec
     from drmas_train.optim import build_optimizer
     from drmas_train.trainer import compute_advantages
-    from drmas_train.update import ppo_update
 
     cuda = args.device == "cuda"
     backend = "nccl" if cuda else "gloo"
@@ -310,8 +310,8 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
         for step in range(args.fsdp_steps):
             _sync(args.device)
             t0 = time.perf_counter()
-            last = ppo_update(
-                model, opt, samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=loaded.tokenizer.pad_token_id,
+            last = dp_ppo_update(  # the Ray training ranks' update (drmas_train.distributed), here on one rank
+                model, opt, samples, adv, rank=0, world_size=1, loss_cfg=PolicyLossConfig(), pad_token_id=loaded.tokenizer.pad_token_id,
                 temperature=cfg.rollout.temperature, micro_batch_tokens=cfg.optim.micro_batch_tokens, seed=step,
                 skip_zero_advantage=False,
             )  # fmt: skip

@@ -152,4 +152,7 @@ def dp_ppo_update(
 
     share = RankShare(rank=rank, world_size=world_size, sync=lambda last: _sync_context(model, sync=last),
                       idle_step=lambda: _idle_step(model, pad_token_id), reduce=reduce, agree_budget=agree_budget)  # fmt: skip
+    # the plain full-logits forward through the root module: the chunked LM head and the shared-prompt forward call
+    # submodules directly, which bypasses FSDP2's root hooks (the root's parameters would stay sharded DTensors)
+    update_kwargs = {**update_kwargs, "lm_head_chunk": 0, "share_prompts": False}
     return ppo_update(model, opt, samples, advantages, pad_token_id=pad_token_id, share=share, **update_kwargs)
