@@ -35,9 +35,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from drmas_train.evaluate import EvalConfig, evaluate
-    from drmas_train.leaderboard import write_leaderboard
-    from drmas_train.results import load_run
+    from drmas_train.eval.evaluate import EvalConfig, evaluate
+    from drmas_train.eval.leaderboard import write_leaderboard
+    from drmas_train.eval.results import load_run
 
     out = Path(args.out)
     data = [str(Path(args.data_dir) / "gsm8k_test.jsonl"), str(Path(args.data_dir) / "math500_test.jsonl")]

@@ -30,9 +30,9 @@ def main() -> None:
     p.add_argument("--k", type=int, default=4, help="samples per task")
     args = p.parse_args()
 
-    from drmas_train.evaluate import EvalConfig, evaluate
-    from drmas_train.leaderboard import write_leaderboard
-    from drmas_train.results import load_run
+    from drmas_train.eval.evaluate import EvalConfig, evaluate
+    from drmas_train.eval.leaderboard import write_leaderboard
+    from drmas_train.eval.results import load_run
 
     out = Path(args.out)
     if out.exists():

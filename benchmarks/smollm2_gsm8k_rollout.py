@@ -47,14 +47,14 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     import drmas_envs
-    from drmas_train.assignment import build_models
     from drmas_train.backends.base import SamplingParams
-    from drmas_train.rollout import rollout, save_samples
+    from drmas_train.collect.rollout import rollout, save_samples
+    from drmas_train.model.assignment import build_models
 
     env_kwargs: dict = {}
     max_prompt_tokens = None
     if args.preset:
-        from drmas_train.config import as_dict, load_config
+        from drmas_train.run.config import as_dict, load_config
 
         cfg = load_config(args.preset)
         env_kwargs = dict(as_dict(cfg)["env"]["kwargs"])

@@ -7,7 +7,7 @@ in-process), no internet, no vLLM and no Ray.
 
 What runs:
 
-1. ``single``: :func:`drmas_train.trainer.train` for ``--iterations`` iterations on a two-agent env defined
+1. ``single``: :func:`drmas_train.run.trainer.train` for ``--iterations`` iterations on a two-agent env defined
    here (reward = the share of vowels among the letters both agents wrote: dense, so advantages are non-zero):
    the real lock-step rollout with the HF backend, Dr. MAS advantages, the PPO update with AdamW, a checkpoint.
 2. ``fsdp``: ``torch.distributed`` with one rank (nccl on CUDA, gloo on CPU), the same architecture with
@@ -156,8 +156,8 @@ def make_loader(args: argparse.Namespace):
     import torch
     import transformers
 
-    from drmas_train.models import LoadedModel
-    from drmas_train.tiny_tokenizer import tiny_bpe_tokenizer
+    from drmas_train.model.models import LoadedModel
+    from drmas_train.model.tiny_tokenizer import tiny_bpe_tokenizer
 
     config_cls = getattr(transformers, "Qwen3Config", None) or transformers.Qwen2Config
     model_cls = getattr(transformers, "Qwen3ForCausalLM", None) or transformers.Qwen2ForCausalLM
@@ -210,10 +210,10 @@ def _steady(values: list[float]) -> float:
 
 def run_single(args: argparse.Namespace, dtype: str, work: Path) -> tuple[dict[str, Any], Any, list[Any]]:
     """The trainer loop; returns its figures, the config and the last iteration's samples."""
-    from drmas_train.config import load_config
-    from drmas_train.metrics_log import read_metrics
-    from drmas_train.rollout import load_samples
-    from drmas_train.trainer import compute_advantages, train
+    from drmas_train.collect.rollout import load_samples
+    from drmas_train.run.config import load_config
+    from drmas_train.run.metrics_log import read_metrics
+    from drmas_train.run.trainer import compute_advantages, train
 
     yaml = work / "gpu_check.yaml"
     yaml.write_text(
@@ -279,12 +279,12 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
     if not dist.is_available() or (args.device == "cuda" and not dist.is_nccl_available()):
         raise MachineError(f"torch {torch.__version__} was built without torch.distributed / NCCL")
 
+    from drmas_train.algorithm.losses import PolicyLossConfig
+    from drmas_train.algorithm.optim import build_optimizer
     from drmas_train.distributed.checkpoint import load_sharded, save_sharded
     from drmas_train.distributed.data_parallel import dp_ppo_update
-    from drmas_train.losses import PolicyLossConfig
-    from drmas_train.models import ModelSpec
-    from drmas_train.optim import build_optimizer
-    from drmas_train.trainer import compute_advantages
+    from drmas_train.model.models import ModelSpec
+    from drmas_train.run.trainer import compute_advantages
 
     cuda = args.device == "cuda"
     backend = "nccl" if cuda else "gloo"
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _spec(args: argparse.Namespace, dtype: str):
-    from drmas_train.models import ModelSpec
+    from drmas_train.model.models import ModelSpec
 
     return ModelSpec(MODEL_NAME, dtype=dtype, device=args.device)
 

@@ -25,6 +25,6 @@ fi
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/pip" install -q --no-deps -e "$ROOT"
 
-MODEL_DIR="$("$MAIN_PY" -c "from drmas_train.models import load_model, cache_dir; load_model('smollm2-135m-instruct'); print(cache_dir() / 'smollm2-135m-instruct')")"
+MODEL_DIR="$("$MAIN_PY" -c "from drmas_train.model.models import load_model, cache_dir; load_model('smollm2-135m-instruct'); print(cache_dir() / 'smollm2-135m-instruct')")"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}" OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 "$VENV/bin/python" "$ROOT/scripts/vllm_smoke_test.py" --model "$MODEL_DIR"

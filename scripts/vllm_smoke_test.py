@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from drmas_train.backends.base import SamplingParams
 from drmas_train.backends.vllm import VLLMBackend
-from drmas_train.logprobs import forward_logprobs
+from drmas_train.model.logprobs import forward_logprobs
 
 
 def main() -> int:

@@ -30,7 +30,7 @@ import time
 
 
 def _config(args, run_dir: str, *extra: str):
-    from drmas_train.config import load_config
+    from drmas_train.run.config import load_config
 
     return load_config(None, [
         f"models.shared.name_or_path={args.model}", f"run.dir={run_dir}", "run.progress=false", "run.tensorboard=false",
@@ -43,7 +43,7 @@ def _measure(run, args, fixed_samples=None) -> tuple[dict, list]:
     import numpy as np
 
     from drmas_train.backends.base import SamplingParams
-    from drmas_train.rollout import rollout
+    from drmas_train.collect.rollout import rollout
 
     r = run.cfg.rollout
     sampling = SamplingParams(temperature=r.temperature, max_new_tokens=r.max_new_tokens)
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from drmas_train.distributed.cluster import init_ray
-    from drmas_train.trainer import build_run
+    from drmas_train.run.trainer import build_run
 
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")

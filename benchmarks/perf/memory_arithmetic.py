@@ -14,7 +14,7 @@ weights, bf16 compute, fp32 gradients: the reference's ``fsdp_config`` with mixe
   ``langfengQ/DrMAS examples/drmas_trainer/run_math.sh``: ``optimizer_offload=True``);
 * activations of one micro-batch of T padded tokens with per-layer gradient checkpointing: the layer inputs
   L*T*h*2 bytes, one layer recomputed ~T*(4h + 3I)*2 bytes, and the response logits R*V*14 bytes (bf16 logits,
-  their float32 copy, float32 log-softmax for the entropy, float32 gradient; ``drmas_train/logprobs.py`` keeps
+  their float32 copy, float32 log-softmax for the entropy, float32 gradient; ``drmas_train/model/logprobs.py`` keeps
   logits of the R response tokens only);
 * vLLM (tensor parallel 1): the bf16 weights 2P on every GPU that serves the model, plus the KV cache,
   2*L*kv_heads*head_dim*2 bytes per token.

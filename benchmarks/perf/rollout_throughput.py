@@ -91,9 +91,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     import drmas_envs
-    from drmas_train.assignment import build_models
     from drmas_train.backends.base import SamplingParams
-    from drmas_train.rollout import rollout
+    from drmas_train.collect.rollout import rollout
+    from drmas_train.model.assignment import build_models
 
     def env_fn():
         return drmas_envs.make(args.env)

@@ -8,7 +8,7 @@ the other inside a round (interleaved, so that a noisy neighbour hits both), and
 
 Sides:
 
-* ``drmas``: :func:`drmas_train.update.ppo_update` with this library's defaults (shared prompts, chunked LM head,
+* ``drmas``: :func:`drmas_train.algorithm.update.ppo_update` with this library's defaults (shared prompts, chunked LM head,
   fused AdamW), ``--micro-batch-tokens`` per forward/backward;
 * ``drmas-plain``: the same update on the previous path (full logits, no prompt sharing, for-loop AdamW), to
   show what the lean update buys;
@@ -62,8 +62,8 @@ def prepare(args: argparse.Namespace, out: Path) -> None:
     import torch
 
     from drmas_envs.math.grading import grade
-    from drmas_train.logprobs import forward_logprobs
-    from drmas_train.models import load_model
+    from drmas_train.model.logprobs import forward_logprobs
+    from drmas_train.model.models import load_model
 
     torch.manual_seed(0)
     loaded = load_model(args.model)
@@ -109,12 +109,12 @@ def worker_drmas(args: argparse.Namespace, data: dict, plain: bool) -> dict:
     import numpy as np
     import torch
 
-    from drmas_train.advantages import get_estimator
-    from drmas_train.losses import PolicyLossConfig
-    from drmas_train.models import load_model
-    from drmas_train.optim import build_optimizer
-    from drmas_train.samples import Sample
-    from drmas_train.update import ppo_update
+    from drmas_train.algorithm.advantages import get_estimator
+    from drmas_train.algorithm.losses import PolicyLossConfig
+    from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.algorithm.update import ppo_update
+    from drmas_train.collect.samples import Sample
+    from drmas_train.model.models import load_model
 
     torch.manual_seed(0)
     model = load_model(args.model).model
@@ -149,7 +149,7 @@ def worker_trl(args: argparse.Namespace, data: dict, checkpointing: bool) -> dic
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from drmas_train.models import load_model
+    from drmas_train.model.models import load_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.manual_seed(0)

@@ -16,7 +16,7 @@ The experiment (``docs/stability.md`` explains it and quotes the measured number
   so each model's pre-clip gradient norm is one agent's. tiny-llama's 384-token byte-level vocabulary keeps the
   event rates above in a learnable range (with Qwen3's 151k-token vocabulary any given digit token is ~1e-5 per
   sampled token) and its forward pass is cheap enough for CPU.
-* **Arms**: the library's trainer (:func:`drmas_train.trainer.train`) run once per estimator with identical seeds
+* **Arms**: the library's trainer (:func:`drmas_train.run.trainer.train`) run once per estimator with identical seeds
   (same init, same task order, same sampling seeds: iteration 1 sees identical rollouts), differing only in
   ``algorithm.estimator``. Default arms: ``grpo`` (the paper's baseline: trajectory-averaged scores normalised per
   prompt group), ``drmas`` (agent-wise) and ``grpo_step`` (per-call global normalisation, Proposition 4.3's exact
@@ -163,12 +163,12 @@ def register_env() -> None:
 
 
 def arm_config(estimator: str, args: argparse.Namespace, run_dir: Path) -> Any:
-    """The :class:`~drmas_train.config.TrainConfig` of one arm; arms differ only in ``algorithm.estimator``.
+    """The :class:`~drmas_train.run.config.TrainConfig` of one arm; arms differ only in ``algorithm.estimator``.
 
     Raises:
         ConfigError: an invalid value (e.g. an unknown estimator), before any model loads.
     """
-    from drmas_train.config import (
+    from drmas_train.run.config import (
         AlgorithmConfig,
         EnvConfig,
         ModelConfig,
@@ -376,8 +376,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    from drmas_train.metrics_log import read_metrics
-    from drmas_train.trainer import train
+    from drmas_train.run.metrics_log import read_metrics
+    from drmas_train.run.trainer import train
 
     torch.set_num_threads(args.threads)
     register_env()

@@ -14,7 +14,7 @@ factor is 1. A policy-gradient sample is ``g = A * grad log pi``; with a score v
 reward, ``E||g||^2 = E[A^2] E||z||^2``. Here ``z ~ N(0, I_d)``, so the mean of ``||g||^2`` over agent k's calls
 is ``d * E_k[A^2]``: the agent with the inflated factor gets the larger gradients.
 
-What is simulated (all advantages come from :mod:`drmas_train.advantages`, never re-implemented here):
+What is simulated (all advantages come from :mod:`drmas_train.algorithm.advantages`, never re-implemented here):
 
 * ``n_groups`` prompt groups (``uid``) of ``group_size`` agent calls each. Within every group agent k gets
   exactly ``round(p_k * group_size)`` calls (stratified, so the shares are exact), and the calls are shuffled and
@@ -48,7 +48,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from drmas_train.advantages import get_estimator
+from drmas_train.algorithm.advantages import get_estimator
 
 __all__ = ["closed_form_factors", "simulate", "main"]
 
@@ -129,7 +129,7 @@ def simulate(
         dim: dimension d of the score vector ``z ~ N(0, I_d)`` in ``g = A z``.
         seed: seed of the numpy Generator (rewards, shuffles, z).
         unbiased: passed to the estimators (True: n - 1 std, the project default; False: population std).
-        estimators: names from :data:`drmas_train.advantages.ESTIMATORS`.
+        estimators: names from :data:`drmas_train.algorithm.advantages.ESTIMATORS`.
 
     Returns:
         JSON-ready dict: ``config``, ``closed_form`` (``global`` factors and ``drmas`` = 1), and per estimator

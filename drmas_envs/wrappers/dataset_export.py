@@ -27,7 +27,7 @@ column                 type    meaning
 
 Input: :class:`~drmas_envs.core.episode.EpisodeRecord` s (played with :func:`record_episode`, or the
 ``episode`` of a ``drmas_train`` trajectory): rows are a view of the record. Or ``drmas_train``
-:class:`~drmas_train.samples.Sample` objects (duck-typed, via :func:`samples_to_rows`; a Sample carries no
+:class:`~drmas_train.collect.samples.Sample` objects (duck-typed, via :func:`samples_to_rows`; a Sample carries no
 ground truth, so those rows have no ``ground_truth`` column).
 Output: ``{agent_id: [row, ...]}``; :func:`write_jsonl` writes one ``<agent_id>.jsonl`` per agent (load
 with ``datasets.load_dataset("json", data_files=...)``) and :func:`to_hf_datasets` builds

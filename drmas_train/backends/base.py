@@ -7,7 +7,7 @@ Log-probability convention (verl's, so that a training forward pass reproduces i
 exactly 1): ``logprobs[t] = log softmax(logits_t / temperature)[response_ids[t]]``, i.e. under the
 temperature-scaled distribution *before* top-p / top-k filtering. ``temperature == 0`` means greedy decoding;
 its log-probabilities are then taken at temperature 1 (the raw softmax), as
-:func:`drmas_train.logprobs.forward_logprobs` does.
+:func:`drmas_train.model.logprobs.forward_logprobs` does.
 
 Stop strings: generation of a sequence stops at the first token whose decoded response contains one of
 ``SamplingParams.stop``; that token is kept, so ``text`` includes the stop string and ``text`` is always
@@ -40,7 +40,7 @@ Messages = Sequence[Mapping[str, str]]
 #: Accepted prompt truncation modes (see :func:`truncate_ids`).
 TRUNCATION_MODES = ("left", "middle", "error")
 
-#: Backends over a locally loaded model (:func:`drmas_train.assignment.make_backend`); ``openai`` is a client.
+#: Backends over a locally loaded model (:func:`drmas_train.model.assignment.make_backend`); ``openai`` is a client.
 LOCAL_BACKENDS = ("hf", "vllm")
 
 

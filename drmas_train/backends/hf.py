@@ -32,7 +32,7 @@ from drmas_train.backends.base import (
     truncate_ids,
 )
 from drmas_train.backends.prefill import can_stitch, prefill
-from drmas_train.logprobs import cache_kwarg
+from drmas_train.model.logprobs import cache_kwarg
 
 __all__ = ["HFBackend", "TokenCallback", "filter_logits", "next_tokens", "sample_categorical", "sample_weights"]
 
@@ -135,7 +135,7 @@ def next_tokens(
     """Draw the next token of every row and its log-probability under the backend convention.
 
     ``logp = logit/T - logsumexp(logits/T)`` over the unfiltered distribution (T = 1 when greedy), the formula of
-    :func:`drmas_train.logprobs.forward_logprobs`; the token comes from the top-k/top-p filtered distribution.
+    :func:`drmas_train.model.logprobs.forward_logprobs`; the token comes from the top-k/top-p filtered distribution.
     It is computed as ``log(w[token]) - log(sum(w))`` with ``w = exp(logits/T - max)``, exact to ~1e-7 for every
     token of probability above ~1e-38 (float32's normal range), i.e. every token that is ever drawn in practice.
 
@@ -221,7 +221,7 @@ class HFBackend:
 
     @classmethod
     def from_loaded(cls, loaded: Any, **kwargs: Any) -> HFBackend:
-        """A backend over a :class:`drmas_train.models.LoadedModel` (uses its spec's ``chat_template_kwargs``)."""
+        """A backend over a :class:`drmas_train.model.models.LoadedModel` (uses its spec's ``chat_template_kwargs``)."""
         kwargs.setdefault("chat_template_kwargs", loaded.spec.chat_template_kwargs)
         return cls(loaded.model, loaded.tokenizer, **kwargs)
 

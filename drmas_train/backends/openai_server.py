@@ -433,11 +433,11 @@ def create_app(backend: Any, model_name: str, *, batch_window_s: float = 0.02, m
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve a model (:func:`drmas_train.models.load_model`) with the HF backend."""
+    """Serve a model (:func:`drmas_train.model.models.load_model`) with the HF backend."""
     import uvicorn
 
     from drmas_train.backends.hf import HFBackend
-    from drmas_train.models import load_model
+    from drmas_train.model.models import load_model
 
     parser = argparse.ArgumentParser(description="OpenAI-compatible server over a drmas HF backend")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="named model, local path or HF id")

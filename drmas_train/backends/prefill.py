@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from drmas_train.token_budget import pack_by_token_budget
+from drmas_train.model.token_budget import pack_by_token_budget
 
 __all__ = [
     "Prefilled",
@@ -201,7 +201,7 @@ def prefill(
 
     Args:
         model: a transformers causal LM in eval mode.
-        cache_kw: its cache keyword (:func:`drmas_train.logprobs.cache_kwarg`).
+        cache_kw: its cache keyword (:func:`drmas_train.model.logprobs.cache_kwarg`).
         rows: B prompts as token ids (each non-empty); equal prompts are computed once.
         pad_token_id: id placed on padding (masked out, its value never matters).
         device: where the model lives.

@@ -7,7 +7,7 @@ which is ``log_softmax(logits / temperature)`` — exactly the drmas convention
 (:mod:`drmas_train.backends.base`) when top-k and top-p are off (the Dr. MAS / verl training setting). vLLM
 computes processed log-probs *after* top-k/top-p filtering (renormalised over the kept tokens), so when either
 is on and the backend holds the trainer's model (:meth:`VLLMBackend.from_loaded`), the log-probs are recomputed
-with :func:`drmas_train.logprobs.forward_logprobs` instead; without a model a ``ValueError`` is raised rather
+with :func:`drmas_train.model.logprobs.forward_logprobs` instead; without a model a ``ValueError`` is raised rather
 than returning log-probs under another convention.
 
 Weight sync: after each optimizer step the trainer calls :meth:`VLLMBackend.sync_weights` with the updated
@@ -74,11 +74,11 @@ class VLLMBackend:
 
     @classmethod
     def from_loaded(cls, loaded: Any, *, export_dir: str | None = None, **kwargs: Any) -> VLLMBackend:
-        """Export a :class:`~drmas_train.models.LoadedModel` with ``save_pretrained`` and start an engine on it.
+        """Export a :class:`~drmas_train.model.models.LoadedModel` with ``save_pretrained`` and start an engine on it.
 
         ``export_dir`` defaults to ``$DRMAS_CACHE/vllm/<model_id>``.
         """
-        from drmas_train.models import cache_dir
+        from drmas_train.model.models import cache_dir
 
         path = export_dir or str(cache_dir() / "vllm" / loaded.model_id)
         model = loaded.model.merge_and_unload() if hasattr(loaded.model, "merge_and_unload") else loaded.model
@@ -191,7 +191,7 @@ class VLLMBackend:
     def _recompute(self, gens: list[Generation], sampling: SamplingParams) -> None:
         import torch
 
-        from drmas_train.logprobs import forward_logprobs
+        from drmas_train.model.logprobs import forward_logprobs
 
         with torch.no_grad():
             lp, _, _ = forward_logprobs(

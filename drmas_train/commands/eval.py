@@ -77,8 +77,8 @@ def _json_or_str(value: str) -> Any:
 
 
 def config_from_args(args: argparse.Namespace):
-    """An :class:`~drmas_train.evaluate.EvalConfig` from parsed arguments (raises ValueError on bad values)."""
-    from drmas_train.evaluate import EvalConfig
+    """An :class:`~drmas_train.eval.evaluate.EvalConfig` from parsed arguments (raises ValueError on bad values)."""
+    from drmas_train.eval.evaluate import EvalConfig
 
     return EvalConfig(
         envs=args.envs,
@@ -130,14 +130,14 @@ def main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     from drmas_envs.registration import RegistrationError
-    from drmas_train.baselines import BaselineError
-    from drmas_train.evaluate import evaluate
-    from drmas_train.results import ResultsError
+    from drmas_train.eval.baselines import BaselineError
+    from drmas_train.eval.evaluate import evaluate
+    from drmas_train.eval.results import ResultsError
 
     expected: tuple[type[BaseException], ...] = (ResultsError, RegistrationError, BaselineError, FileNotFoundError)
     if config.policy == "llm":
-        from drmas_train.assignment import AssignmentError
-        from drmas_train.models import ModelNotFoundError
+        from drmas_train.model.assignment import AssignmentError
+        from drmas_train.model.models import ModelNotFoundError
 
         expected += (AssignmentError, ModelNotFoundError)
     try:

@@ -52,8 +52,8 @@ def expand_dirs(paths: list[str]) -> list[Path]:
 def main(argv: list[str]) -> int:
     """Entry point of ``drmas leaderboard``; returns the exit code (2 when the runs cannot be ranked)."""
     args = build_parser().parse_args(argv)
-    from drmas_train.leaderboard import LeaderboardError, write_leaderboard
-    from drmas_train.results import ResultsError, load_run
+    from drmas_train.eval.leaderboard import LeaderboardError, write_leaderboard
+    from drmas_train.eval.results import ResultsError, load_run
 
     try:
         runs = [load_run(d, episodes=False) for d in expand_dirs(args.results)]

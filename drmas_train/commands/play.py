@@ -2,9 +2,9 @@
 
 Every agent is played by the same kind of policy unless ``--agent-policy AGENT=POLICY`` says otherwise:
 
-* ``oracle`` / ``random`` / ``no-search``: the scripted baselines of :mod:`drmas_train.baselines`;
+* ``oracle`` / ``random`` / ``no-search``: the scripted baselines of :mod:`drmas_train.eval.baselines`;
 * ``human``: you type the action (the agent's prompt is shown; finish with an empty line; end of input = "");
-* ``llm``: an LLM (:meth:`drmas_train.policies.LLMPolicy.from_model`, ``--model``, ``--backend hf|vllm|openai``).
+* ``llm``: an LLM (:meth:`drmas_train.eval.policies.LLMPolicy.from_model`, ``--model``, ``--backend hf|vllm|openai``).
 
 Examples::
 
@@ -66,14 +66,14 @@ def _human(stdin: TextIO, stdout: TextIO) -> Actor:
 
 
 def _scripted(name: str, seed: int) -> Actor:
-    from drmas_train.baselines import get_baseline
+    from drmas_train.eval.baselines import get_baseline
 
     policy, rng = get_baseline(name), random.Random(seed)
     return lambda env, agent, observation: policy(env, agent, rng)
 
 
 def _llm(args: argparse.Namespace) -> Actor:
-    from drmas_train.policies import LLMPolicy
+    from drmas_train.eval.policies import LLMPolicy
 
     policy = LLMPolicy.from_model(args.model, backend=args.backend, base_url=args.base_url,
                                   temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
     llm = _llm(args) if "llm" in names.values() else None
     human = _human(sys.stdin, sys.stdout) if "human" in names.values() else None
     actors = {a: llm if n == "llm" else human if n == "human" else _scripted(n, args.seed) for a, n in names.items()}
-    from drmas_train.baselines import BaselineError
+    from drmas_train.eval.baselines import BaselineError
 
     try:
         play_episode(env, actors, seed=args.seed, task_index=args.task_index,

@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 
-from drmas_train.config import DEFAULT_PRESET, ConfigError, list_presets, load_config, to_yaml
+from drmas_train.run.config import DEFAULT_PRESET, ConfigError, list_presets, load_config, to_yaml
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         print(to_yaml(cfg))
         return 0
     from drmas_train.distributed.cluster import DistributedError
-    from drmas_train.trainer import train
+    from drmas_train.run.trainer import train
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # other libraries: warnings only
     for name in ("drmas_train", "drmas_envs"):  # drmas's own messages (per-iteration summaries, resume, Ctrl-C)

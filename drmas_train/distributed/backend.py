@@ -2,7 +2,7 @@
 
 The driver renders and truncates the prompts with the model's tokenizer (exactly as the in-process ``hf``
 backend does), then :meth:`WorkerGroup.generate_ids` spreads the rows over the generation workers. The lock-step
-rollout (:func:`drmas_train.rollout.rollout`) is unchanged: it makes one batched call per model per step.
+rollout (:func:`drmas_train.collect.rollout.rollout`) is unchanged: it makes one batched call per model per step.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ number of ranks and the sharding may all differ between save and load; DCP resha
     ``model.<fqn>``       the model's parameters and persistent buffers (``get_model_state_dict``)
     ``optim.<...>``       the optimizer state keyed by parameter FQN (``get_optimizer_state_dict``); absent when
                           the optimizer never stepped (``optimizer_state: false``): there is nothing to restore
-    ``schedule``          for a :class:`~drmas_train.optim.ModelOptimizer`: the LR scheduler state and the
+    ``schedule``          for a :class:`~drmas_train.algorithm.optim.ModelOptimizer`: the LR scheduler state and the
                           skipped-step counter (pickled by DCP, written once)
 
 Atomicity: every rank writes into ``.<name>.partial`` next to ``path``; after a barrier rank 0 adds
@@ -25,7 +25,7 @@ several nodes ``path`` must be on a shared filesystem). A process killed mid-wri
 :func:`export_hf` accept only folders that hold both DCP's ``.metadata`` and ``drmas_sharded.json``.
 
 :func:`export_hf` turns a checkpoint into a Hugging Face folder (``config.json`` + safetensors + tokenizer) that
-:func:`drmas_train.models.load_model`, the single-process trainer and ``drmas eval --model DIR`` load;
+:func:`drmas_train.model.models.load_model`, the single-process trainer and ``drmas eval --model DIR`` load;
 :func:`import_hf` goes the other way (HF weights into an already wrapped model, read once on rank 0 and
 broadcast). The pattern follows the PyTorch DCP recipe (``get_state_dict`` / ``dcp.save`` / ``set_state_dict``);
 the reference implementation (``langfengQ/DrMAS verl/utils/checkpoint/fsdp_checkpoint_manager.py``) instead
@@ -136,7 +136,7 @@ def _split_optimizer(optimizer: Any) -> tuple[torch.optim.Optimizer | None, Any]
     if isinstance(inner, torch.optim.Optimizer) and hasattr(optimizer, "scheduler"):
         return inner, optimizer
     raise TypeError(
-        "optimizer must be a torch.optim.Optimizer, a drmas_train.optim.ModelOptimizer or None, "
+        "optimizer must be a torch.optim.Optimizer, a drmas_train.algorithm.optim.ModelOptimizer or None, "
         f"got {type(optimizer).__name__}"
     )
 
@@ -179,7 +179,7 @@ def save_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
 
     Args:
         model: a ``fully_shard``-ed (FSDP2), ``DistributedDataParallel`` or plain ``nn.Module``.
-        optimizer: its ``torch.optim.Optimizer``, a :class:`~drmas_train.optim.ModelOptimizer` (its LR scheduler
+        optimizer: its ``torch.optim.Optimizer``, a :class:`~drmas_train.algorithm.optim.ModelOptimizer` (its LR scheduler
             and skipped-step counter are saved too) or None (weights only, e.g. a frozen model).
         path: the checkpoint directory (its parent is created). On several nodes: a shared filesystem.
         process_group: the group whose ranks save together (None: the default group, or no group at all).
@@ -251,7 +251,7 @@ def load_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
 
     Args:
         model: the wrapped (or plain) model, same architecture as the saved one.
-        optimizer: its ``torch.optim.Optimizer``, a :class:`~drmas_train.optim.ModelOptimizer` (scheduler and
+        optimizer: its ``torch.optim.Optimizer``, a :class:`~drmas_train.algorithm.optim.ModelOptimizer` (scheduler and
             skipped-step counter restored when saved) or None (weights only; a saved optimizer state is ignored).
         path: a checkpoint directory.
         process_group: the group whose ranks load together (None: the default group, or none).
@@ -383,7 +383,7 @@ def import_hf(hf_dir: str | Path, model: torch.nn.Module, *, process_group: Any 
 
     Under ``torch.distributed``, rank 0 of the default group reads the files and broadcasts each tensor; every
     rank keeps its own shard (``set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)``). With no
-    process group the files are read directly (:func:`drmas_train.checkpoint.load_weights`). Tied output
+    process group the files are read directly (:func:`drmas_train.run.checkpoint.load_weights`). Tied output
     embeddings absent from the files are fine.
 
     Args:
@@ -395,7 +395,7 @@ def import_hf(hf_dir: str | Path, model: torch.nn.Module, *, process_group: Any 
         FileNotFoundError: no ``*.safetensors`` in ``hf_dir``.
         RuntimeError: the files lack weights of ``model`` (other than tied output embeddings).
     """
-    from drmas_train.checkpoint import load_weights
+    from drmas_train.run.checkpoint import load_weights
 
     folder = Path(hf_dir)
     files = sorted(folder.glob("*.safetensors"))

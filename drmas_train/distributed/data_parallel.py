@@ -6,7 +6,7 @@ Shape legend: **B** samples (agent calls) of this model, **T** response tokens.
 the root) or wraps it in DDP. FSDP2 runs on CUDA/NCCL and on CPU/gloo (checked with torch 2.13), so ``auto``
 is FSDP2 everywhere; ``ddp`` keeps a full replica per rank.
 
-:func:`dp_ppo_update` is :func:`drmas_train.update.ppo_update` spread over ranks: every rank holds the whole
+:func:`dp_ppo_update` is :func:`drmas_train.algorithm.update.ppo_update` spread over ranks: every rank holds the whole
 batch (token ids are small), draws the same mini-batch permutation, cuts each mini-batch into the same
 token-budget micro-batches and runs micro-batch ``k`` on rank ``k mod world``. The loss of a micro-batch is
 divided by ``denom / world`` (``denom`` = the whole mini-batch's, as in the single-process update) because both
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.optim import ModelOptimizer
-from drmas_train.samples import Sample
+from drmas_train.algorithm.optim import ModelOptimizer
+from drmas_train.collect.samples import Sample
 
 __all__ = ["STRATEGIES", "resolve_strategy", "wrap_model", "unwrap_model", "dp_ppo_update"]
 
@@ -118,23 +118,23 @@ def dp_ppo_update(
 ) -> dict[str, float]:
     """This rank's share of the PPO epochs of one model; every rank of the group must call it with the same data.
 
-    It is :func:`drmas_train.update.ppo_update` itself, with a :class:`~drmas_train.update.RankShare`: the same
+    It is :func:`drmas_train.algorithm.update.ppo_update` itself, with a :class:`~drmas_train.algorithm.update.RankShare`: the same
     micro-batch plan on every rank, rank ``r`` running micro-batches ``r, r + N, ...`` (loss scaled by N so the
     averaged gradient is the single-process sum), zero-loss passes for ranks with fewer, gradients reduced on the
     mini-batch's last pass, and the metrics summed over ranks.
 
-    Args: as :func:`drmas_train.update.ppo_update` (``update_kwargs``), plus ``rank`` / ``world_size`` of the default
+    Args: as :func:`drmas_train.algorithm.update.ppo_update` (``update_kwargs``), plus ``rank`` / ``world_size`` of the default
         process group.
 
     Returns:
-        the metrics of :func:`drmas_train.update.ppo_update`, reduced over ranks (identical on every rank).
+        the metrics of :func:`drmas_train.algorithm.update.ppo_update`, reduced over ranks (identical on every rank).
 
     Raises:
-        ValueError: as :func:`drmas_train.update.ppo_update`.
+        ValueError: as :func:`drmas_train.algorithm.update.ppo_update`.
     """
     import torch.distributed as dist
 
-    from drmas_train.update import RankShare, ppo_update
+    from drmas_train.algorithm.update import RankShare, ppo_update
 
     def reduce(sums: dict[str, float], weight: float) -> tuple[dict[str, float], float]:
         gathered: list[Any] = [None] * world_size

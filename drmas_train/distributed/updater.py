@@ -1,4 +1,4 @@
-"""``RayUpdater``: the trainer's updater seam (:mod:`drmas_train.updater`) over Ray worker groups.
+"""``RayUpdater``: the trainer's updater seam (:mod:`drmas_train.run.updater`) over Ray worker groups.
 
 :meth:`RayUpdater.build` starts or joins Ray (:func:`~drmas_train.distributed.cluster.init_ray`), sizes one
 :class:`~drmas_train.distributed.resource_pool.ResourcePool`, starts one
@@ -7,7 +7,7 @@ is one group; non-sharing and heterogeneous models one group each) and puts a
 :class:`~drmas_train.distributed.backend.RayBackend` in ``pool.backends[model_id]``. Frozen models keep their
 in-process backend.
 
-Checkpoints (same atomic directory as the single-process path, :mod:`drmas_train.checkpoint`)::
+Checkpoints (same atomic directory as the single-process path, :mod:`drmas_train.run.checkpoint`)::
 
     models/<model_id>/      HF format (save_pretrained), gathered from the ranks: drmas eval --model loads it
     sharded/<model_id>/     torch.distributed.checkpoint of every rank's model + optimizer shard, and the
@@ -22,22 +22,22 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.config import ConfigError, TrainConfig
 from drmas_train.distributed.backend import RayBackend
 from drmas_train.distributed.cluster import DistributedError, init_ray
 from drmas_train.distributed.resource_pool import ResourcePool, plan_world_sizes
 from drmas_train.distributed.worker_group import WorkerGroup
-from drmas_train.updater import update_kwargs
+from drmas_train.run.config import ConfigError, TrainConfig
+from drmas_train.run.updater import update_kwargs
 
 __all__ = ["RayUpdater", "DistributedError"]
 
 
 class RayUpdater:
     """PPO updates on Ray worker groups (``distributed.enabled: true``); same methods as
-    :class:`drmas_train.updater.LocalUpdater`.
+    :class:`drmas_train.run.updater.LocalUpdater`.
 
     Args:
-        cfg: the run's config. pool: the driver's :class:`~drmas_train.assignment.ModelPool` (its models are
+        cfg: the run's config. pool: the driver's :class:`~drmas_train.model.assignment.ModelPool` (its models are
         the HF copies written into checkpoints). groups: ``model_id -> WorkerGroup``. resources: the pool.
         owns_ray: shut Ray down in :meth:`close` (it was started here).
     """
@@ -143,7 +143,7 @@ class RayUpdater:
 
     def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int) -> Path:
         """Atomic checkpoint: HF weights gathered from the ranks plus every rank's sharded model + optimizer."""
-        from drmas_train.checkpoint import save_checkpoint
+        from drmas_train.run.checkpoint import save_checkpoint
 
         self._sync_driver_copies()
         models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.groups}
@@ -162,7 +162,7 @@ class RayUpdater:
         Raises:
             FileNotFoundError: the checkpoint has no sharded state for a model (not written by a distributed run).
         """
-        from drmas_train.checkpoint import load_checkpoint
+        from drmas_train.run.checkpoint import load_checkpoint
 
         path = Path(path)
         for mid in self.groups:

@@ -43,11 +43,11 @@ class WorkerGroup:
     """Training ranks + generation workers of one model on ``bundles`` of ``pool``.
 
     Args:
-        model_id: the pool's model id. spec: its :class:`~drmas_train.models.ModelSpec`.
+        model_id: the pool's model id. spec: its :class:`~drmas_train.model.models.ModelSpec`.
         pool: the resource pool. bundles: bundle index of each rank (``len(bundles)`` = world size).
         share: actors living on each bundle (2 per colocated group) — each asks Ray for ``1/share`` of it.
         loader: ``(spec, model_id) -> LoadedModel`` importable by the workers (None: ``load_model``).
-        optim_kwargs: :func:`~drmas_train.optim.build_optimizer` arguments. kl: keep a frozen reference.
+        optim_kwargs: :func:`~drmas_train.algorithm.optim.build_optimizer` arguments. kl: keep a frozen reference.
         strategy: ``auto`` | ``fsdp2`` | ``ddp``. threads: torch threads per worker.
         max_restarts: generation worker restarts (whole group, whole run). backend_kwargs: HF engine arguments.
 

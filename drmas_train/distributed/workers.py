@@ -34,7 +34,7 @@ def worker_device(use_gpu: bool) -> torch.device:
 
 
 def _load(loader: Callable | None, spec: Any, model_id: str) -> Any:
-    from drmas_train.models import load_model
+    from drmas_train.model.models import load_model
 
     return (loader or load_model)(spec, model_id)
 
@@ -43,11 +43,11 @@ class TrainWorker:
     """One training rank of a model's worker group.
 
     Args:
-        spec: the model's :class:`~drmas_train.models.ModelSpec`. model_id: its pool id.
+        spec: the model's :class:`~drmas_train.model.models.ModelSpec`. model_id: its pool id.
         rank, world_size: this rank and the group size.
-        loader: ``(spec, model_id) -> LoadedModel`` (None: :func:`drmas_train.models.load_model`); must be
+        loader: ``(spec, model_id) -> LoadedModel`` (None: :func:`drmas_train.model.models.load_model`); must be
             importable by the worker (a module-level function).
-        optim_kwargs: :func:`drmas_train.optim.build_optimizer` keyword arguments.
+        optim_kwargs: :func:`drmas_train.algorithm.optim.build_optimizer` keyword arguments.
         kl: keep a frozen reference copy (``algorithm.kl_coef > 0``).
         strategy: ``auto`` | ``fsdp2`` | ``ddp`` (:func:`~drmas_train.distributed.data_parallel.resolve_strategy`).
         threads: torch CPU threads. use_gpu: train on the bundle's GPU (NCCL) instead of the CPU (gloo).
@@ -78,8 +78,8 @@ class TrainWorker:
         """Join the process group, load the model, shard/wrap it, build the optimizer. Returns the strategy."""
         import torch.distributed as dist
 
+        from drmas_train.algorithm.optim import build_optimizer
         from drmas_train.distributed.data_parallel import wrap_model
-        from drmas_train.optim import build_optimizer
 
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         backend = "nccl" if self.device.type == "cuda" else "gloo"
@@ -100,10 +100,10 @@ class TrainWorker:
                recompute_old_logprobs: bool = False) -> dict[str, float]:
         """This rank's part of the PPO update (:func:`~drmas_train.distributed.data_parallel.dp_ppo_update`), after
         recomputing π_old with the training model when asked
-        (:func:`~drmas_train.old_logprobs.old_logprobs_for_update`; every rank recomputes the same samples)."""
+        (:func:`~drmas_train.algorithm.old_logprobs.old_logprobs_for_update`; every rank recomputes the same samples)."""
+        from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
         from drmas_train.distributed.data_parallel import dp_ppo_update
-        from drmas_train.old_logprobs import old_logprobs_for_update
-        from drmas_train.updater import for_device
+        from drmas_train.run.updater import for_device
 
         pad, kwargs = self.tokenizer.pad_token_id, for_device(update_kwargs, self.device)
         # the plain full-logits forward through the root module: the chunked LM head and shared-prompt forward
@@ -131,7 +131,7 @@ class TrainWorker:
         return [ray.put(state)] if self.rank == 0 else []
 
     def save(self, path: str) -> None:
-        """Collective: sharded checkpoint of the model and its :class:`~drmas_train.optim.ModelOptimizer` (AdamW state,
+        """Collective: sharded checkpoint of the model and its :class:`~drmas_train.algorithm.optim.ModelOptimizer` (AdamW state,
         LR schedule, skip counter) under ``path`` (:func:`drmas_train.distributed.checkpoint.save_sharded`, DCP, atomic)."""
         from drmas_train.distributed.checkpoint import save_sharded
 

@@ -90,7 +90,7 @@ def test_arm_config_rejects_unknown_estimator(tmp_path):
         seed=0, iterations=1, threads=1, solver_calls=3, penalty=1.0, model="tiny-llama", batch_size=1,
         group_size=2, max_new_tokens=4, lr=1e-3,
     )  # fmt: skip
-    from drmas_train.config import ConfigError
+    from drmas_train.run.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"algorithm\.estimator: unknown advantage estimator 'drmsa'"):
         run.arm_config("drmsa", args, tmp_path)

@@ -39,8 +39,8 @@ def probe(vocab: int) -> torch.Tensor:
 
 def build(strategy: str, seed: int):
     """tiny-llama wrapped per ``strategy`` (fsdp2 | ddp) and its ModelOptimizer."""
-    from drmas_train.models import load_model
-    from drmas_train.optim import build_optimizer
+    from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.model.models import load_model
 
     model = load_model({"name_or_path": "tiny-llama", "seed": seed}).model
     if strategy == "fsdp2":

@@ -37,8 +37,8 @@ def ray_cluster():
 
 def tiny_samples(model, n: int = 8, seed: int = 0, model_id: str = "m"):
     """``n`` on-policy samples (old log-probs = the model's own) of random tiny-vocabulary token ids."""
-    from drmas_train.logprobs import forward_logprobs
-    from drmas_train.samples import Sample
+    from drmas_train.collect.samples import Sample
+    from drmas_train.model.logprobs import forward_logprobs
 
     rng = np.random.default_rng(seed)
     out = []

@@ -18,10 +18,10 @@ import torch
 from conftest import tiny_samples
 from tiny_rl import tiny_loader
 
-from drmas_train.losses import PolicyLossConfig
-from drmas_train.models import ModelSpec
-from drmas_train.optim import build_optimizer, micro_batches
-from drmas_train.update import ppo_update
+from drmas_train.algorithm.losses import PolicyLossConfig
+from drmas_train.algorithm.optim import build_optimizer, micro_batches
+from drmas_train.algorithm.update import ppo_update
+from drmas_train.model.models import ModelSpec
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 

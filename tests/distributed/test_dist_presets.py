@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from drmas_train.config import TrainConfig, list_presets, load_config
+from drmas_train.run.config import TrainConfig, list_presets, load_config
 
 #: base preset -> GPUs of its distributed variant (Qwen3-4B math: 4, search: 8, as in the paper; the 8B math
 #: presets get 8, twice the 4B's parameter memory, see docs/scaling.md).

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from drmas_train.config import ConfigError, load_config
 from drmas_train.distributed.data_parallel import resolve_strategy
 from drmas_train.distributed.resource_pool import plan_world_sizes
 from drmas_train.distributed.worker_group import chunk_seed
+from drmas_train.run.config import ConfigError, load_config
 
 
 def test_defaults_keep_the_single_process_path():

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import drmas_train.distributed.checkpoint as ckpt_mod
+from drmas_train.algorithm.optim import build_optimizer
 from drmas_train.distributed.checkpoint import (
     export_hf,
     import_hf,
@@ -24,8 +25,7 @@ from drmas_train.distributed.checkpoint import (
     load_sharded,
     save_sharded,
 )
-from drmas_train.models import load_model
-from drmas_train.optim import build_optimizer
+from drmas_train.model.models import load_model
 
 WORLD = 2
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from tiny_rl import tiny_config, tiny_loader
 
-import drmas_train.trainer as trainer_module
-from drmas_train.checkpoint import load_weights
-from drmas_train.models import ModelSpec, load_model
-from drmas_train.trainer import train
+import drmas_train.run.trainer as trainer_module
+from drmas_train.model.models import ModelSpec, load_model
+from drmas_train.run.checkpoint import load_weights
+from drmas_train.run.trainer import train
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 

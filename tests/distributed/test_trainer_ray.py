@@ -13,8 +13,8 @@ import pytest
 from tiny_rl import tiny_config, tiny_loader
 
 from drmas_train.backends.base import SamplingParams
-from drmas_train.rollout import rollout
-from drmas_train.trainer import build_run, compute_advantages
+from drmas_train.collect.rollout import rollout
+from drmas_train.run.trainer import build_run, compute_advantages
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 

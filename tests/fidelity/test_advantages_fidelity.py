@@ -12,12 +12,12 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from drmas_train.advantages import drmas, grpo, grpo_step
+from drmas_train.algorithm.advantages import drmas, grpo, grpo_step
 
 EPS = 1e-6
 
 # Search episodes of two prompts. "q1": G = 3 rollouts, the Verifier said "no" in one of them only, so the
-# (q1, search) group holds one call (the lone Search call of the worked example in drmas_train/advantages.py).
+# (q1, search) group holds one call (the lone Search call of the worked example in drmas_train/algorithm/advantages.py).
 # "q2": G = 1 (a whole prompt group of one trajectory). Columns: uid, traj_uid, agent_id, score.
 TABLE = [
     ("q1", "t1", "verifier", 1.0),
@@ -82,7 +82,7 @@ def test_grpo_with_raw_singletons_equals_the_reference_exactly(norm):
 
 
 def test_the_lone_search_call_worked_example():
-    """The worked example of drmas_train/advantages.py: the only Search call of group q1 (score 1.0)."""
+    """The worked example of drmas_train/algorithm/advantages.py: the only Search call of group q1 (score 1.0)."""
     scores, uid, traj, agent = columns()
     lone = 1  # row of the Search call
     zero = drmas(scores, uid=uid, agent_id=agent, traj_uid=traj)  # drmas default

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from drmas_train.backends.base import Generation, SamplingParams
-from drmas_train.models import LoadedModel, ModelSpec, load_model
+from drmas_train.model.models import LoadedModel, ModelSpec, load_model
 
 
 @functools.lru_cache(maxsize=8)
@@ -21,7 +21,7 @@ def max_logprob_error(loaded: LoadedModel, gens, temperature: float = 1.0, pad_t
     """Largest |generation log-prob - fresh forward-pass log-prob| over all tokens of ``gens`` (float32)."""
     import torch
 
-    from drmas_train.logprobs import forward_logprobs
+    from drmas_train.model.logprobs import forward_logprobs
 
     with torch.no_grad():
         lp, mask, _ = forward_logprobs(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from drmas_train.metrics import summarize_episodes
-from drmas_train.results import config_hash, env_version, episode_row
+from drmas_train.eval.metrics import summarize_episodes
+from drmas_train.eval.results import config_hash, env_version, episode_row
 
 
 def make_episodes(env_id="toy-v0", sources=("gsm8k",), k=2, won=lambda t, i: (t + i) % 2 == 0, tasks=3):

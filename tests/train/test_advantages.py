@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from drmas_train.advantages import (
+from drmas_train.algorithm.advantages import (
     ESTIMATORS,
     drmas,
     get_estimator,

@@ -15,7 +15,7 @@ from drmas_train.backends.base import (
     truncate_ids,
 )
 from drmas_train.backends.hf import HFBackend, filter_logits, sample_categorical
-from drmas_train.logprobs import forward_logprobs, pack_prompt_response
+from drmas_train.model.logprobs import forward_logprobs, pack_prompt_response
 
 PROMPTS = [
     [{"role": "user", "content": "What is 2 + 3?"}],
@@ -105,7 +105,7 @@ def test_render_chat_passes_enable_thinking_to_qwen3_template():
 def test_model_spec_chat_template_kwargs_reach_the_backend():
     import dataclasses
 
-    from drmas_train.models import ModelSpec
+    from drmas_train.model.models import ModelSpec
 
     loaded = dataclasses.replace(
         tiny("tiny-qwen3"), spec=ModelSpec("tiny-qwen3", chat_template_kwargs={"enable_thinking": False})

@@ -10,7 +10,7 @@ from backend_fakes import max_logprob_error
 
 from drmas_train.backends.base import SamplingParams
 from drmas_train.backends.hf import HFBackend
-from drmas_train.models import load_model
+from drmas_train.model.models import load_model
 
 pytestmark = pytest.mark.slow  # first run converts the GGUF (~30-60 s on 2 cores); later runs read the cache
 

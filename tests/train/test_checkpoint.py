@@ -16,17 +16,17 @@ import torch
 from safetensors.torch import load_file
 from tiny_rl import tiny_config, tiny_loader
 
-from drmas_train.checkpoint import (
+from drmas_train.algorithm.optim import build_optimizer
+from drmas_train.model.models import ModelSpec
+from drmas_train.run.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     rng_state,
     save_checkpoint,
     set_rng_state,
 )
-from drmas_train.metrics_log import read_metrics
-from drmas_train.models import ModelSpec
-from drmas_train.optim import build_optimizer
-from drmas_train.trainer import train
+from drmas_train.run.metrics_log import read_metrics
+from drmas_train.run.trainer import train
 
 HERE = Path(__file__).resolve().parent
 
@@ -81,7 +81,7 @@ _KILLED_RUN = """
 import sys, time
 sys.path.insert(0, {here!r})
 from tiny_rl import tiny_config, tiny_loader
-import drmas_train.trainer as T
+import drmas_train.run.trainer as T
 orig = T._save
 def slow_save(run, it):
     path = orig(run, it)

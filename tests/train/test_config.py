@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from drmas_train.commands.train import main as train_main
-from drmas_train.config import ConfigError, from_yaml, list_presets, load_config, to_yaml
+from drmas_train.run.config import ConfigError, from_yaml, list_presets, load_config, to_yaml
 
 PRESETS = [
     "quickstart_math",
@@ -77,7 +77,7 @@ def test_unknown_preset_suggests():
 
 
 def test_cli_bad_config_exits_2_before_loading(capsys, monkeypatch):
-    import drmas_train.models as models
+    import drmas_train.model.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     assert train_main(["algorithm.estimator=gpro"]) == 2
@@ -88,7 +88,7 @@ def test_cli_bad_config_exits_2_before_loading(capsys, monkeypatch):
 
 @pytest.mark.parametrize("preset", ["drmas_math_qwen3_4b_nonsharing", "drmas_search_qwen25_3b_hetero"])
 def test_presets_match_their_env_agents(tmp_path, preset):
-    from drmas_train.trainer import build_run
+    from drmas_train.run.trainer import build_run
 
     loaded = []
 

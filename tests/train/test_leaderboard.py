@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from eval_helpers import make_episodes, make_summary
 
-from drmas_train.leaderboard import LeaderboardError, build_tables, suite_of, to_html, write_leaderboard
-from drmas_train.results import load_run, write_run
+from drmas_train.eval.leaderboard import LeaderboardError, build_tables, suite_of, to_html, write_leaderboard
+from drmas_train.eval.results import load_run, write_run
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 

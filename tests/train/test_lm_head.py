@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from drmas_train.lm_head import chunked_token_logprobs, default_chunk
-from drmas_train.logprobs import can_share_prompts, forward_logprobs, split_lm_head
-from drmas_train.models import load_model
+from drmas_train.model.lm_head import chunked_token_logprobs, default_chunk
+from drmas_train.model.logprobs import can_share_prompts, forward_logprobs, split_lm_head
+from drmas_train.model.models import load_model
 
 
 def _plain(hidden, weight, bias, targets, temperature):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from drmas_train.losses import PolicyLossConfig, aggregate, kl_penalty, policy_loss
+from drmas_train.algorithm.losses import PolicyLossConfig, aggregate, kl_penalty, policy_loss
 
 
 def _one_token(ratio: float, adv: float, cfg: PolicyLossConfig | None = None):

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from drmas_train.metrics import (
+from drmas_train.eval.metrics import (
     any_of_k,
     avg_at_k,
     default_k_values,

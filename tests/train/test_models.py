@@ -8,9 +8,9 @@ import pytest
 import torch
 from backend_fakes import tiny
 
-from drmas_train.assignment import AgentAssignment, AssignmentError, ModelPool, build_models
 from drmas_train.backends.hf import HFBackend
-from drmas_train.models import (
+from drmas_train.model.assignment import AgentAssignment, AssignmentError, ModelPool, build_models
+from drmas_train.model.models import (
     LoadedModel,
     ModelNotFoundError,
     ModelSpec,

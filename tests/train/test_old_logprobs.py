@@ -9,12 +9,12 @@ import pytest
 import torch
 from tiny_rl import tiny_config, tiny_loader
 
-import drmas_train.update as update_module
-from drmas_train.metrics_log import read_metrics
-from drmas_train.models import ModelSpec
-from drmas_train.old_logprobs import logprob_mismatch, recompute_old_logprobs
-from drmas_train.samples import Sample
-from drmas_train.trainer import train
+import drmas_train.algorithm.update as update_module
+from drmas_train.algorithm.old_logprobs import logprob_mismatch, recompute_old_logprobs
+from drmas_train.collect.samples import Sample
+from drmas_train.model.models import ModelSpec
+from drmas_train.run.metrics_log import read_metrics
+from drmas_train.run.trainer import train
 
 
 def test_mismatch_golden_numbers_over_masked_tokens():
@@ -41,7 +41,7 @@ def test_recompute_returns_copies_and_respects_select():
                                           select=[True, False, True])  # fmt: skip
     assert [s.old_logprobs for s in samples] == [[0.0, 0.0]] * 3  # inputs untouched
     assert new[1] is samples[1]
-    from drmas_train.logprobs import forward_logprobs
+    from drmas_train.model.logprobs import forward_logprobs
 
     with torch.no_grad():
         lp, _, _ = forward_logprobs(model, [samples[0].prompt_ids], [samples[0].response_ids], pad_token_id=0)

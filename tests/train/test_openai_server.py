@@ -122,7 +122,7 @@ def test_seeded_requests_are_never_merged():
 
 
 def test_llm_policy_from_model_with_each_backend_kind(served):
-    from drmas_train.policies import LLMPolicy
+    from drmas_train.eval.policies import LLMPolicy
 
     client, _, _ = served
     local = LLMPolicy.from_model(MODEL, max_new_tokens=8, temperature=0.9, seed=5)

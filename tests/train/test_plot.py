@@ -7,7 +7,7 @@ import json
 import pytest
 from matplotlib.figure import Figure
 
-from drmas_train.metrics_log import plot_run
+from drmas_train.run.metrics_log import plot_run
 
 
 def test_plot_has_train_and_validation_accuracy(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "envs"))
 from echo_env import EchoEnv  # noqa: E402
 
 from drmas_train.backends.base import SamplingParams  # noqa: E402
-from drmas_train.policies import LLMPolicy  # noqa: E402
+from drmas_train.eval.policies import LLMPolicy  # noqa: E402
 
 
 def test_policy_plays_an_aec_env_in_the_readme_loop():

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from drmas_train.commands.train import main as train_main
-from drmas_train.config import ConfigError, list_presets, load_config
+from drmas_train.run.config import ConfigError, list_presets, load_config
 
 MATH = [n for n in list_presets() if n.startswith(("drmas_math", "grpo_math"))]
 SEARCH = [n for n in list_presets() if n.startswith(("drmas_search", "grpo_search"))]
@@ -63,8 +63,8 @@ def test_search_hetero_is_the_reference_mix():
 def test_eval_sampling_is_independent_of_training(monkeypatch, tmp_path):
     from tiny_rl import tiny_config, tiny_loader
 
-    import drmas_train.rollout as rollout_module
-    import drmas_train.trainer as trainer
+    import drmas_train.collect.rollout as rollout_module
+    import drmas_train.run.trainer as trainer
 
     seen = []
 
@@ -90,7 +90,7 @@ def test_eval_top_p_is_validated():
 
 def test_missing_prepared_data_names_the_prepare_command(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no data/ here
-    from drmas_train.trainer import build_run
+    from drmas_train.run.trainer import build_run
 
     def loader(*_):
         raise AssertionError("a model was loaded")
@@ -107,8 +107,8 @@ def test_missing_prepared_data_names_the_prepare_command(tmp_path, monkeypatch, 
 
 def test_search_stand_in_runs_without_downloads(tmp_path):
     """quickstart_search needs no prepared files or server: one iteration with a tiny model in place of SmolLM2."""
-    from drmas_train.metrics_log import read_metrics
-    from drmas_train.trainer import train
+    from drmas_train.run.metrics_log import read_metrics
+    from drmas_train.run.trainer import train
 
     cfg = load_config("quickstart_search", [f"run.dir={tmp_path / 'r'}", "run.iterations=1", "run.progress=false",
                                             "run.tensorboard=false", "run.plot=false", "rollout.batch_size=2",
@@ -123,8 +123,8 @@ def test_search_stand_in_runs_without_downloads(tmp_path):
 def test_eval_before_train_logs_iteration_zero(tmp_path):
     from tiny_rl import tiny_config, tiny_loader
 
-    from drmas_train.metrics_log import read_metrics
-    from drmas_train.trainer import train
+    from drmas_train.run.metrics_log import read_metrics
+    from drmas_train.run.trainer import train
 
     cfg = tiny_config(tmp_path / "r", "run.iterations=1", "eval.every=1", "eval.k=2", "eval.size=2", "eval.before_train=true")
     train(cfg, loader=tiny_loader)

@@ -7,7 +7,7 @@ import json
 import pytest
 from eval_helpers import make_episodes, make_summary
 
-from drmas_train.results import (
+from drmas_train.eval.results import (
     EPISODE_FIELDS,
     SCHEMA_VERSION,
     SUMMARY_FIELDS,

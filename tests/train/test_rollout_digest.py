@@ -19,9 +19,9 @@ from backend_fakes import ScriptedBackend
 from tiny_rl import tiny_loader
 
 from drmas_envs.core import ListTaskSource, Outcome, Task, TextAECEnv, Turn
-from drmas_train.assignment import ModelPool, build_models
 from drmas_train.backends.base import SamplingParams
-from drmas_train.rollout import rollout
+from drmas_train.collect.rollout import rollout
+from drmas_train.model.assignment import ModelPool, build_models
 
 # Trajectory fields as they were before the change (wall_time_s is a clock reading).
 TRAJ_FIELDS = (

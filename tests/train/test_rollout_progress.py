@@ -11,10 +11,10 @@ from tiny_rl import ENV_ID, tiny_loader
 
 pytest.importorskip("transformers")
 
-from drmas_train.assignment import ModelPool  # noqa: E402
 from drmas_train.backends.base import SamplingParams, reports_tokens  # noqa: E402
 from drmas_train.backends.hf import HFBackend  # noqa: E402
-from drmas_train.rollout import rollout  # noqa: E402
+from drmas_train.collect.rollout import rollout  # noqa: E402
+from drmas_train.model.assignment import ModelPool  # noqa: E402
 
 
 def test_token_bar_moves_within_each_generate_call(monkeypatch):
@@ -34,7 +34,7 @@ def test_token_bar_moves_within_each_generate_call(monkeypatch):
             pass
 
     monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
-    from drmas_train.models import ModelSpec
+    from drmas_train.model.models import ModelSpec
 
     loaded = tiny_loader(ModelSpec("tiny"), "m")
     backend = HFBackend.from_loaded(loaded)

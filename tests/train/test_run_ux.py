@@ -16,19 +16,19 @@ import pytest
 import torch
 from tiny_rl import tiny_config, tiny_loader
 
-from drmas_train.checkpoint import latest_checkpoint
+from drmas_train.collect.task_sampler import TaskSampler
 from drmas_train.commands.train import main as train_main
-from drmas_train.config import ConfigError, load_config, presets_for_env
-from drmas_train.metrics_log import read_metrics
-from drmas_train.task_sampler import TaskSampler
-from drmas_train.trainer import build_run, train
+from drmas_train.run.checkpoint import latest_checkpoint
+from drmas_train.run.config import ConfigError, load_config, presets_for_env
+from drmas_train.run.metrics_log import read_metrics
+from drmas_train.run.trainer import build_run, train
 
 HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
 def no_model_load(monkeypatch):
-    import drmas_train.models as models
+    import drmas_train.model.models as models
 
     monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from drmas_train.config import ConfigError, load_config, validate_config
-from drmas_train.samples import Sample
-from drmas_train.trainer import compute_advantages
+from drmas_train.collect.samples import Sample
+from drmas_train.run.config import ConfigError, load_config, validate_config
+from drmas_train.run.trainer import compute_advantages
 
 
 def _samples():

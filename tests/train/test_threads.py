@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from drmas_train import threads
-from drmas_train.config import ConfigError, load_config
+from drmas_train.run import threads
+from drmas_train.run.config import ConfigError, load_config
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_oversubscription_rule():
 def test_warns_once(monkeypatch, restore_threads, caplog):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    with caplog.at_level(logging.WARNING, logger="drmas_train.threads"):
+    with caplog.at_level(logging.WARNING, logger="drmas_train.run.threads"):
         threads.configure_threads(0, load=3.0)
         threads.configure_threads(0, load=3.0)
     assert [r.message.startswith("the machine looks oversubscribed") for r in caplog.records] == [True]

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from drmas_train.algorithm.optim import micro_batches
 from drmas_train.backends.prefill import length_buckets
-from drmas_train.optim import micro_batches
-from drmas_train.token_budget import pack_by_token_budget
+from drmas_train.model.token_budget import pack_by_token_budget
 
 
 def _old_micro_batches(lengths, token_budget):  # optim.micro_batches before it used the shared packer

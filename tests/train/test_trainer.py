@@ -9,9 +9,9 @@ import pytest
 import torch
 from tiny_rl import tiny_config, tiny_loader
 
-from drmas_train.config import ConfigError
-from drmas_train.metrics_log import read_metrics
-from drmas_train.trainer import train
+from drmas_train.run.config import ConfigError
+from drmas_train.run.metrics_log import read_metrics
+from drmas_train.run.trainer import train
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "drmas"])
@@ -44,7 +44,7 @@ def test_short_run_writes_namespaced_metrics_tensorboard_plot(tmp_path):
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert summary["plot"] and (run_dir / "training_curves.png").stat().st_size > 1000
     assert json.loads((run_dir / "summary.json").read_text())["iterations"] == 2
-    from drmas_train.rollout import load_samples
+    from drmas_train.collect.rollout import load_samples
 
     saved = load_samples(run_dir / "samples" / "iter_000002.jsonl")
     assert len(saved) == 2 * 8 * 2 and {s.agent_id for s in saved} == {"a", "b"}  # N x G x 2 agents
@@ -69,7 +69,7 @@ def test_resume_without_checkpoint_is_clear(tmp_path):
 
 
 def test_shared_vs_separate_models(tmp_path):
-    from drmas_train.trainer import build_run
+    from drmas_train.run.trainer import build_run
 
     run = build_run(tiny_config(tmp_path / "s"), loader=tiny_loader)
     assert list(run.optimizers) == ["m"] and run.pool.model_of("a") == run.pool.model_of("b") == "m"
@@ -82,8 +82,8 @@ def test_shared_vs_separate_models(tmp_path):
 
 
 def test_model_specs_from_config():
-    from drmas_train.config import load_config
-    from drmas_train.trainer import model_specs
+    from drmas_train.run.config import load_config
+    from drmas_train.run.trainer import model_specs
 
     cfg = load_config("drmas_math_qwen3_4b_hetero", ["models.solver_model.lora.r=8", "models.verifier_model.lr=3e-6",
                                                      "models.solver_model.chat_template_kwargs.enable_thinking=false"])  # fmt: skip

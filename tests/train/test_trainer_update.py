@@ -9,11 +9,11 @@ import pytest
 import torch
 from tiny_rl import tiny_loader
 
-from drmas_train.losses import PolicyLossConfig
-from drmas_train.models import ModelSpec
-from drmas_train.optim import build_optimizer, micro_batches
-from drmas_train.samples import Sample
-from drmas_train.update import ppo_update
+from drmas_train.algorithm.losses import PolicyLossConfig
+from drmas_train.algorithm.optim import build_optimizer, micro_batches
+from drmas_train.algorithm.update import ppo_update
+from drmas_train.collect.samples import Sample
+from drmas_train.model.models import ModelSpec
 
 
 def _samples(model, n=6, seed=0):
@@ -23,7 +23,7 @@ def _samples(model, n=6, seed=0):
         p = rng.integers(4, 20, int(rng.integers(2, 6))).tolist()
         r = rng.integers(4, 20, int(rng.integers(1, 5))).tolist()
         out.append(Sample(f"u{i % 2}", f"t{i}", "a", "m", 0, 0, p, r, [0.0] * len(r), [1] * len(r)))
-    from drmas_train.logprobs import forward_logprobs
+    from drmas_train.model.logprobs import forward_logprobs
 
     with torch.no_grad():  # on-policy: old log-probs from the same weights (ratio 1)
         lp, mask, _ = forward_logprobs(model, [s.prompt_ids for s in out], [s.response_ids for s in out], pad_token_id=0)

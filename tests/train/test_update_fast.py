@@ -8,14 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from drmas_train.logprobs import forward_logprobs
-from drmas_train.losses import PolicyLossConfig
-from drmas_train.memory_budget import activation_bytes_per_token, auto_micro_batch_tokens, free_memory_bytes
-from drmas_train.models import load_model
-from drmas_train.optim import ModelOptimizer, build_optimizer, prompt_micro_batches
-from drmas_train.precision import bf16_native, resolve_autocast
-from drmas_train.samples import Sample
-from drmas_train.update import ppo_update
+from drmas_train.algorithm.losses import PolicyLossConfig
+from drmas_train.algorithm.memory_budget import (
+    activation_bytes_per_token,
+    auto_micro_batch_tokens,
+    free_memory_bytes,
+)
+from drmas_train.algorithm.optim import ModelOptimizer, build_optimizer, prompt_micro_batches
+from drmas_train.algorithm.precision import bf16_native, resolve_autocast
+from drmas_train.algorithm.update import ppo_update
+from drmas_train.collect.samples import Sample
+from drmas_train.model.logprobs import forward_logprobs
+from drmas_train.model.models import load_model
 
 
 def _group_samples(model, groups=3, group_size=3, seed=0):

@@ -14,8 +14,8 @@ import torch
 
 import drmas_envs
 from drmas_envs.core import ListTaskSource, Outcome, Task, TextAECEnv, Turn
-from drmas_train.config import load_config
-from drmas_train.models import LoadedModel
+from drmas_train.model.models import LoadedModel
+from drmas_train.run.config import load_config
 
 ENV_ID = "tiny-target-token-v0"
 LETTERS = "abcdefghijklmnop"

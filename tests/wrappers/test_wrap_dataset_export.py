@@ -109,7 +109,7 @@ def test_jsonl_round_trip(episode, tmp_path):
 
 
 def test_samples_to_rows_reads_drmas_train_samples():
-    samples_mod = pytest.importorskip("drmas_train.samples")
+    samples_mod = pytest.importorskip("drmas_train.collect.samples")
     sample = samples_mod.Sample(
         uid="u",
         traj_uid="t",

@@ -4,13 +4,13 @@ Policy (``drmas train``):
 
 * a **fresh** directory (absent, empty, or holding no results) is used as is;
 * a directory that **holds results** of an earlier run (a non-empty ``metrics.jsonl`` or a complete checkpoint)
-  is never silently truncated: the run is refused with a :class:`~drmas_train.config.ConfigError` (the CLI exits
+  is never silently truncated: the run is refused with a :class:`~drmas_train.run.config.ConfigError` (the CLI exits
   2) that names the directory and the three ways on: ``--resume`` (continue it), ``run.dir=<new dir>`` (start
   elsewhere) or ``--overwrite`` (delete its results and start again);
 * ``--resume`` needs a complete checkpoint under ``<run dir>/checkpoints``; without one the run is refused the
   same way, before any model loads;
 * checkpoint temp folders (``checkpoints/.tmp-iter_*``) that a kill during a checkpoint write left behind are
-  deleted on every start (:func:`drmas_train.checkpoint.remove_partial_checkpoints`).
+  deleted on every start (:func:`drmas_train.run.checkpoint.remove_partial_checkpoints`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import logging
 import shutil
 from pathlib import Path
 
-from drmas_train.checkpoint import latest_checkpoint, remove_partial_checkpoints
-from drmas_train.config import ConfigError
+from drmas_train.run.checkpoint import latest_checkpoint, remove_partial_checkpoints
+from drmas_train.run.config import ConfigError
 
 __all__ = ["RESULT_FILES", "holds_results", "prepare_run_dir"]
 

@@ -3,7 +3,7 @@
 How (docs/update-performance.md):
 
 1. **Bytes per token, measured.** One probe forward of a single sequence of the batch's typical length runs
-   through the same path as the update (:func:`drmas_train.logprobs.forward_logprobs`, chunked LM head) with a
+   through the same path as the update (:func:`drmas_train.model.logprobs.forward_logprobs`, chunked LM head) with a
    ``torch.autograd.graph.saved_tensors_hooks`` counter: it adds up the distinct storages autograd keeps for the
    backward, parameters excluded. Divided by the probe's length this is the activation memory one token of a
    micro-batch holds until its backward (attention's quadratic part included at that length). It is cached per
@@ -59,12 +59,12 @@ def activation_bytes_per_token(model: Any, length: int, **forward_kwargs: Any) -
     Args:
         model: the causal LM (train mode as in the update; its parameters are not counted).
         length: probe length in tokens (>= 2).
-        forward_kwargs: passed to :func:`drmas_train.logprobs.forward_logprobs` (``lm_head_chunk``, ...).
+        forward_kwargs: passed to :func:`drmas_train.model.logprobs.forward_logprobs` (``lm_head_chunk``, ...).
 
     Raises:
         ValueError: ``length < 2``.
     """
-    from drmas_train.logprobs import forward_logprobs
+    from drmas_train.model.logprobs import forward_logprobs
 
     if length < 2:
         raise ValueError(f"probe length must be >= 2 tokens, got {length}")

@@ -2,7 +2,7 @@
 
 A missing ``env.data`` file, an ``env.id`` typo, or env kwargs that belong to another env (switching ``env.id`` on
 top of a preset written for a different env) are user mistakes: each becomes a
-:class:`~drmas_train.config.ConfigError` naming the config key, what was wrong and what is accepted, raised
+:class:`~drmas_train.run.config.ConfigError` naming the config key, what was wrong and what is accepted, raised
 before any model loads (``drmas train`` exits 2 on it, without a traceback).
 """
 
@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from drmas_train.config import ConfigError, TrainConfig, presets_for_env
+from drmas_train.run.config import ConfigError, TrainConfig, presets_for_env
 
 __all__ = ["load_env_tasks", "make_probe_env"]
 

@@ -21,9 +21,9 @@ from typing import Any, Union
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from drmas_train.assignment import agent_mismatch
 from drmas_train.backends.base import LOCAL_BACKENDS, TRUNCATION_MODES
-from drmas_train.models import DTYPES
+from drmas_train.model.assignment import agent_mismatch
+from drmas_train.model.models import DTYPES
 
 __all__ = [
     "ConfigError",
@@ -132,7 +132,7 @@ class AlgorithmConfig:
     """Advantage estimator and PPO loss (defaults: the Dr. MAS / verl reference)."""
 
     estimator: str = "drmas"
-    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` (:mod:`drmas_train.advantages`)."""
+    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` (:mod:`drmas_train.algorithm.advantages`)."""
     norm_by_std: bool = True
     """divide by the group std (False = Dr. GRPO, arXiv 2503.20783)."""
     eps: float = 1e-6
@@ -141,7 +141,7 @@ class AlgorithmConfig:
     """n-1 std as the reference (``torch.std``)."""
     singleton: str = "zero"
     """advantage of a group with one valid member: ``"zero"`` (drmas: A = 0, nothing to compare with) or
-    ``"raw"`` (the reference: the score over 1 + eps); see :mod:`drmas_train.advantages` and docs/fidelity.md."""
+    ``"raw"`` (the reference: the score over 1 + eps); see :mod:`drmas_train.algorithm.advantages` and docs/fidelity.md."""
     ppo_epochs: int = 1
     """passes over each iteration's samples."""
     mini_batches: int = 1
@@ -162,7 +162,7 @@ class AlgorithmConfig:
     """entropy bonus weight."""
     recompute_old_logprobs: bool = True
     """True (the reference): before the update, recompute π_old's log-probs with the training model
-    (:mod:`drmas_train.old_logprobs`; langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1265) and log the mismatch with
+    (:mod:`drmas_train.algorithm.old_logprobs`; langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1265) and log the mismatch with
     the rollout engine's (``loss/<model>/old_logprob_abs_diff_max`` / ``_mean``); False: use the engine's log-probs
     as π_old (saves one forward pass; the first PPO ratio then also carries the engine/trainer drift)."""
 
@@ -180,7 +180,7 @@ class OptimConfig:
     """max total grad norm per model (the pre-clip norm is logged)."""
     micro_batch_tokens: Union[int, str] = 2048  # noqa: UP007 (OmegaConf reads typing.Union, not int | str)
     """token budget (padded prompt + response tokens; a group's shared prompt counts once) of one forward/backward
-    micro-batch, or ``auto``: chosen from the free memory (:mod:`drmas_train.memory_budget`). Saved activations
+    micro-batch, or ``auto``: chosen from the free memory (:mod:`drmas_train.algorithm.memory_budget`). Saved activations
     cost about 1.3 MB per token for SmolLM2-135M in float32 (docs/update-performance.md), so 2048 keeps them near
     2.6 GB; larger budgets barely speed up a CPU update."""
     activation_checkpointing: int = 0
@@ -188,14 +188,14 @@ class OptimConfig:
     for a third more forward compute; group prompts are then not shared)."""
     autocast: str = "off"
     """``off`` | ``bf16`` | ``auto`` (bf16 where matmuls are native bf16: CUDA or AMX CPUs;
-    :mod:`drmas_train.precision`)."""
+    :mod:`drmas_train.algorithm.precision`)."""
 
 
 @dataclass
 class ValidationConfig:
     """Periodic validation during training (the ``eval:`` section): avg@k / pass@k on held-out tasks.
 
-    Not to be confused with :class:`drmas_train.evaluate.EvalConfig`, the configuration of ``drmas eval``.
+    Not to be confused with :class:`drmas_train.eval.evaluate.EvalConfig`, the configuration of ``drmas eval``.
     """
 
     every: int = 0
@@ -233,7 +233,7 @@ class RunConfig:
     """how many most recent checkpoints to keep."""
     num_threads: int = 0
     """torch CPU threads (0 = ``OMP_NUM_THREADS`` if set, else every core this process may use,
-    ``os.sched_getaffinity``; a warning is logged when other processes already load them: :mod:`drmas_train.threads`)."""
+    ``os.sched_getaffinity``; a warning is logged when other processes already load them: :mod:`drmas_train.run.threads`)."""
     progress: bool = True
     """progress bars on the console."""
     tensorboard: bool = True
@@ -302,7 +302,7 @@ class TrainConfig:
 
 
 def _configs_dir():
-    return Path(__file__).resolve().parent / "configs"  # package data (pyproject: drmas_train/configs/*.yaml)
+    return Path(__file__).resolve().parents[1] / "configs"  # package data (pyproject: drmas_train/configs/*.yaml)
 
 
 def list_presets() -> list[str]:
@@ -406,8 +406,8 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     Raises:
         ConfigError: naming the key, the bad value and what is accepted.
     """
-    from drmas_train.advantages import SINGLETON_MODES, get_estimator
-    from drmas_train.losses import AGG_MODES, KL_ESTIMATORS
+    from drmas_train.algorithm.advantages import SINGLETON_MODES, get_estimator
+    from drmas_train.algorithm.losses import AGG_MODES, KL_ESTIMATORS
 
     try:
         get_estimator(cfg.algorithm.estimator)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.config import ConfigError, TrainConfig, to_yaml, validate_config
+from drmas_train.run.config import ConfigError, TrainConfig, to_yaml, validate_config
 
 __all__ = ["RunState", "build_run", "train", "compute_advantages", "model_specs"]
 
@@ -44,9 +44,9 @@ class RunState:
 
 
 def model_specs(cfg: TrainConfig) -> dict[str, Any]:
-    """``agent_id -> ModelSpec`` for :func:`drmas_train.assignment.build_models`; the config key is the model id,
+    """``agent_id -> ModelSpec`` for :func:`drmas_train.model.assignment.build_models`; the config key is the model id,
     so agents naming the same key share one model and different keys never do."""
-    from drmas_train.models import ModelSpec
+    from drmas_train.model.models import ModelSpec
 
     specs = {}
     for agent, key in cfg.agents.items():
@@ -66,9 +66,9 @@ def model_specs(cfg: TrainConfig) -> dict[str, Any]:
 def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> RunState:
     """Seed, load tasks, check the config against the env, load models, build optimizers, restore a checkpoint.
 
-    ``loader`` (``(ModelSpec, model_id) -> LoadedModel``, default :func:`drmas_train.models.load_model`) lets
+    ``loader`` (``(ModelSpec, model_id) -> LoadedModel``, default :func:`drmas_train.model.models.load_model`) lets
     tests and embedding code supply their own models. ``overwrite``: delete the results of an earlier run in
-    ``run.dir`` instead of refusing it (:mod:`drmas_train.run_dir`).
+    ``run.dir`` instead of refusing it (:mod:`drmas_train.run.run_dir`).
 
     Raises:
         ConfigError: raised before any model loads: ``run.dir`` holds an earlier run (without ``resume`` or
@@ -76,15 +76,15 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
             ``env.kwargs`` the env cannot take, or env agents that do not match ``cfg.agents``.
     """
     import drmas_envs
-    from drmas_train.assignment import build_models, make_backend
-    from drmas_train.data_prep import require_task_files
-    from drmas_train.env_setup import load_env_tasks, make_probe_env
-    from drmas_train.metrics_log import MetricsLogger
-    from drmas_train.optim import build_optimizer
-    from drmas_train.run_dir import prepare_run_dir
-    from drmas_train.task_sampler import TaskSampler
-    from drmas_train.threads import configure_threads
-    from drmas_train.updater import LocalUpdater
+    from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.collect.task_sampler import TaskSampler
+    from drmas_train.model.assignment import build_models, make_backend
+    from drmas_train.run.data_prep import require_task_files
+    from drmas_train.run.env_setup import load_env_tasks, make_probe_env
+    from drmas_train.run.metrics_log import MetricsLogger
+    from drmas_train.run.run_dir import prepare_run_dir
+    from drmas_train.run.threads import configure_threads
+    from drmas_train.run.updater import LocalUpdater
 
     configure_threads(cfg.run.num_threads)  # 0 = the cores available; warns once if others already load them
     random.seed(cfg.seed)
@@ -159,7 +159,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
 def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
     """(B,) advantages of the iteration's samples with the configured estimator (``turn`` = the agent's own
     call index, ``Sample.agent_turn``)."""
-    from drmas_train.advantages import get_estimator
+    from drmas_train.algorithm.advantages import get_estimator
 
     a = cfg.algorithm
     return get_estimator(a.estimator)(
@@ -177,10 +177,10 @@ def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int
 
 
 def _validate(run: RunState, iteration: int) -> dict[str, float]:
-    """avg@k and unbiased pass@k (``drmas_train.metrics``) of the current policy on the held-out tasks."""
+    """avg@k and unbiased pass@k (``drmas_train.eval.metrics``) of the current policy on the held-out tasks."""
     from drmas_train.backends.base import SamplingParams
-    from drmas_train.metrics import avg_at_k, pass_at_k_tasks
-    from drmas_train.rollout import rollout
+    from drmas_train.collect.rollout import rollout
+    from drmas_train.eval.metrics import avg_at_k, pass_at_k_tasks
 
     e, r = run.cfg.eval, run.cfg.rollout
     sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, top_k=e.top_k, max_new_tokens=r.max_new_tokens)
@@ -201,13 +201,13 @@ def _save(run: RunState, iteration: int) -> Path:
 def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> dict[str, Any]:
     """Run ``cfg.run.iterations`` training iterations (continuing from the latest checkpoint with ``resume``).
 
-    ``loader``, ``overwrite``: see :func:`build_run`. Per-iteration summaries go to the ``drmas_train.trainer``
+    ``loader``, ``overwrite``: see :func:`build_run`. Per-iteration summaries go to the ``drmas_train.run.trainer``
     logger at INFO (``drmas train`` shows them; from Python call ``logging.basicConfig(level=logging.INFO)``);
     progress bars are tqdm.
 
     Ctrl-C (SIGINT) saves a checkpoint of the last completed iteration (during an update, the update and its
     iteration finish first), logs where, and re-raises ``KeyboardInterrupt``; ``--resume`` continues exactly from
-    there (:mod:`drmas_train.interrupt`).
+    there (:mod:`drmas_train.run.interrupt`).
 
     Returns:
         ``{"run_dir", "iterations", "metrics" (last row), "plot", "checkpoint", "wall_time_s"}``.
@@ -217,7 +217,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwri
     """
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from drmas_train.interrupt import SigintGuard
+    from drmas_train.run.interrupt import SigintGuard
 
     with SigintGuard() as guard, logging_redirect_tqdm():
         try:
@@ -231,13 +231,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwri
 
 
 def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guard: Any) -> dict[str, Any]:
-    """:func:`train`'s loop; ``guard`` (:class:`~drmas_train.interrupt.SigintGuard`) holds SIGINT during updates."""
+    """:func:`train`'s loop; ``guard`` (:class:`~drmas_train.run.interrupt.SigintGuard`) holds SIGINT during updates."""
     from tqdm.auto import tqdm
 
     from drmas_train.backends.base import SamplingParams
+    from drmas_train.collect.rollout import rollout, save_samples
     from drmas_train.distributed.cluster import DistributedError
-    from drmas_train.metrics_log import batch_metrics, plot_run
-    from drmas_train.rollout import rollout, save_samples
+    from drmas_train.run.metrics_log import batch_metrics, plot_run
 
     t_start = time.perf_counter()
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
@@ -293,7 +293,7 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
 
 def _rewind(run: RunState, state: dict[str, Any]) -> int:
     """Put the sampler and the metrics log back to a checkpoint's trainer state; returns its iteration."""
-    from drmas_train.metrics_log import MetricsLogger
+    from drmas_train.run.metrics_log import MetricsLogger
 
     it = int(state["iteration"])
     run.sampler.load_state_dict(state["sampler"])

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drmas_train.results import RunResult, env_version
+from drmas_train.eval.results import RunResult, env_version
 
 __all__ = ["SUITES", "LeaderboardError", "Row", "Table", "suite_of", "build_tables", "write_leaderboard"]
 

@@ -58,7 +58,7 @@ class SigintGuard:
                        self._what)  # fmt: skip
 
     def attach(self, run: Any) -> None:
-        """Start tracking ``run`` (a :class:`~drmas_train.trainer.RunState`) at its start iteration."""
+        """Start tracking ``run`` (a :class:`~drmas_train.run.trainer.RunState`) at its start iteration."""
         self.run, self.done = run, run.start_iteration
         self.sampler_state = run.sampler.state_dict()
 
@@ -81,7 +81,7 @@ class SigintGuard:
     def save_interrupted(self, save: Callable[[Any, int], Path]) -> Path | None:
         """After an interrupt: checkpoint the last completed iteration with ``save(run, iteration)`` unless a
         checkpoint of it exists (or none completed); log where it is. Returns the checkpoint (None if none)."""
-        from drmas_train.checkpoint import latest_checkpoint
+        from drmas_train.run.checkpoint import latest_checkpoint
 
         run = self.run
         if run is None:  # interrupted while setting up: nothing to save

@@ -4,7 +4,7 @@ A :class:`Recipe` names the raw files it reads (:class:`RecipeInput`: where each
 fetches it) and a ``build`` function; :func:`prepare` locates every input (naming each missing one at once), checks
 pinned hashes, builds into a temporary directory, moves the outputs in and writes ``MANIFEST.json`` (SHA-256, size
 and rows of every input and output); :func:`verify` re-hashes against it. The recipes themselves (the Dr. MAS
-reference's math, search and wiki-18 sets) live in :mod:`drmas_train.data_recipes`.
+reference's math, search and wiki-18 sets) live in :mod:`drmas_train.run.data_recipes`.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def get_recipe(name: str) -> Recipe:
     Raises:
         DataPrepError: unknown name; lists the recipes and suggests the closest.
     """
-    from drmas_train.data_recipes import RECIPES
+    from drmas_train.run.data_recipes import RECIPES
 
     if name in RECIPES:
         return RECIPES[name]
@@ -273,7 +273,7 @@ def verify(out: str | Path, *, check_inputs: bool = True) -> list[str]:
 
 def missing_data_hint(path: str | Path) -> str:
     """For a task/corpus path that does not exist: the ``drmas data prepare`` command that writes it, if any."""
-    from drmas_train.data_recipes import RECIPES
+    from drmas_train.run.data_recipes import RECIPES
 
     p = Path(path)
     for recipe in RECIPES.values():
@@ -286,20 +286,20 @@ def missing_data_hint(path: str | Path) -> str:
 
 
 def require_task_files(cfg: Any) -> None:
-    """Check that the task files a :class:`~drmas_train.config.TrainConfig` names exist (``env.data``,
+    """Check that the task files a :class:`~drmas_train.run.config.TrainConfig` names exist (``env.data``,
     ``env.kwargs.tasks``, and ``eval.data`` when evaluating), before anything loads.
 
     Raises:
-        drmas_train.config.ConfigError: naming the key, the path and, for a recipe's output, the
+        drmas_train.run.config.ConfigError: naming the key, the path and, for a recipe's output, the
             ``drmas data prepare`` command that writes it.
     """
-    from drmas_train.config import ConfigError
+    from drmas_train.run.config import ConfigError
 
     keys = (("env.data", cfg.env.data), ("env.kwargs.tasks", cfg.env.kwargs.get("tasks")),
             ("eval.data", cfg.eval.data if cfg.eval.every > 0 else None))  # fmt: skip
     for key, spec in keys:
         if isinstance(spec, str) and spec.endswith(_SUFFIXES) and not Path(spec).is_file():
-            from drmas_train.env_setup import DATA_FORMS
+            from drmas_train.run.env_setup import DATA_FORMS
 
             hint = missing_data_hint(spec)  # a recipe's output: the command that writes it; else the accepted forms
             raise ConfigError(f"{key}={spec!r}: task file {spec!r} not found" + (hint or f". Accepted: {DATA_FORMS}"))

@@ -11,10 +11,10 @@ recomputes ``old_log_probs`` with the actor before the update and only logs the 
 (``langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1265-1298``: ``compute_log_prob`` per worker group, then
 ``training/<wg>/rollout_probs_diff_{max,mean,std}`` = |p_rollout - p_actor| over response tokens).
 
-:func:`recompute_old_logprobs` does the same for one model: a no-grad forward (:func:`drmas_train.logprobs.forward_logprobs`)
-over the samples, laid out in the micro-batches the update will use (:func:`drmas_train.optim.micro_batches` with
+:func:`recompute_old_logprobs` does the same for one model: a no-grad forward (:func:`drmas_train.model.logprobs.forward_logprobs`)
+over the samples, laid out in the micro-batches the update will use (:func:`drmas_train.algorithm.optim.micro_batches` with
 the same token budget), so with one mini-batch the first step's ratio is exactly 1 for every token. It returns new
-:class:`~drmas_train.samples.Sample` objects (the inputs are not changed) and the mismatch metrics.
+:class:`~drmas_train.collect.samples.Sample` objects (the inputs are not changed) and the mismatch metrics.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.logprobs import can_share_prompts, forward_logprobs
-from drmas_train.optim import micro_batches, prompt_micro_batches
-from drmas_train.samples import Sample
+from drmas_train.algorithm.optim import micro_batches, prompt_micro_batches
+from drmas_train.collect.samples import Sample
+from drmas_train.model.logprobs import can_share_prompts, forward_logprobs
 
 __all__ = ["recompute_old_logprobs", "logprob_mismatch"]
 
@@ -103,7 +103,7 @@ def recompute_old_logprobs(
         select: (B,) bools; only selected samples are recomputed (the trainer leaves out samples the loss
             ignores: advantage exactly 0 with no KL and no entropy term). None = all.
         lm_head_chunk, share_prompts, autocast_dtype, activation_checkpointing: the update's forward settings
-            (:func:`drmas_train.update.ppo_update`): the same micro-batches (prompt-grouped where prompts are shared)
+            (:func:`drmas_train.algorithm.update.ppo_update`): the same micro-batches (prompt-grouped where prompts are shared)
             and the same forward path, so the first step's PPO ratio is exactly 1. With ``micro_batch_tokens="auto"``
             the budget is chosen here as in the update (from the free memory, which may differ by then).
 
@@ -123,7 +123,7 @@ def recompute_old_logprobs(
     lengths = [len(s.prompt_ids) + len(s.response_ids) for s in picked]
     share = share_prompts and not activation_checkpointing and can_share_prompts(model, lm_head_chunk)
     if micro_batch_tokens == "auto":
-        from drmas_train.memory_budget import auto_micro_batch_tokens
+        from drmas_train.algorithm.memory_budget import auto_micro_batch_tokens
 
         micro_batch_tokens = auto_micro_batch_tokens(model, max(lengths), lm_head_chunk=lm_head_chunk)
     if share:
@@ -176,8 +176,8 @@ def old_logprobs_for_update(
     Args:
         model: the training model (its current weights are π_old). samples: (B,). advantages: (B,) float.
         recompute: whether to recompute. pad_token_id: the tokenizer's pad id.
-        update_kwargs: the update's keyword arguments, :func:`drmas_train.updater.for_device` of
-            :func:`drmas_train.updater.update_kwargs` (``loss_cfg``, ``temperature``, ``micro_batch_tokens``,
+        update_kwargs: the update's keyword arguments, :func:`drmas_train.run.updater.for_device` of
+            :func:`drmas_train.run.updater.update_kwargs` (``loss_cfg``, ``temperature``, ``micro_batch_tokens``,
             ``autocast_dtype``, ``activation_checkpointing``).
 
     Returns:

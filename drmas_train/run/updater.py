@@ -1,6 +1,6 @@
 """The updater seam: who runs the PPO update of each trainable model and saves / restores its training state.
 
-:class:`LocalUpdater` is the single-process path (the default): :func:`drmas_train.update.ppo_update` on the
+:class:`LocalUpdater` is the single-process path (the default): :func:`drmas_train.algorithm.update.ppo_update` on the
 driver's own models, then ``backend.sync_weights``. :class:`drmas_train.distributed.updater.RayUpdater` has the
 same three methods and runs the update on each model's Ray worker group. The trainer only calls::
 
@@ -17,21 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.config import TrainConfig
+from drmas_train.run.config import TrainConfig
 
 __all__ = ["LocalUpdater", "loss_config", "update_kwargs", "for_device"]
 
 
 def loss_config(cfg: TrainConfig) -> Any:
-    """The :class:`drmas_train.losses.PolicyLossConfig` of ``cfg.algorithm``."""
-    from drmas_train.losses import PolicyLossConfig
+    """The :class:`drmas_train.algorithm.losses.PolicyLossConfig` of ``cfg.algorithm``."""
+    from drmas_train.algorithm.losses import PolicyLossConfig
 
     a = cfg.algorithm
     return PolicyLossConfig(a.clip_low, a.clip_high, a.dual_clip_c, a.loss_agg, a.kl_coef, a.kl_estimator, a.entropy_coef)
 
 
 def update_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    """Keyword arguments of :func:`drmas_train.update.ppo_update` that come from the config alone."""
+    """Keyword arguments of :func:`drmas_train.algorithm.update.ppo_update` that come from the config alone."""
     a = cfg.algorithm
     return {"loss_cfg": loss_config(cfg), "temperature": cfg.rollout.temperature, "ppo_epochs": a.ppo_epochs,
             "mini_batches": a.mini_batches, "micro_batch_tokens": cfg.optim.micro_batch_tokens,
@@ -40,8 +40,8 @@ def update_kwargs(cfg: TrainConfig) -> dict[str, Any]:
 
 def for_device(kwargs: dict[str, Any], device: Any) -> dict[str, Any]:
     """:func:`update_kwargs` for a model on ``device``: the ``autocast`` mode (``optim.autocast``) becomes
-    ``ppo_update``'s ``autocast_dtype`` (:func:`drmas_train.precision.resolve_autocast`)."""
-    from drmas_train.precision import resolve_autocast
+    ``ppo_update``'s ``autocast_dtype`` (:func:`drmas_train.algorithm.precision.resolve_autocast`)."""
+    from drmas_train.algorithm.precision import resolve_autocast
 
     out = dict(kwargs)
     out["autocast_dtype"] = resolve_autocast(out.pop("autocast", "off"), device)
@@ -49,10 +49,10 @@ def for_device(kwargs: dict[str, Any], device: Any) -> dict[str, Any]:
 
 
 class LocalUpdater:
-    """PPO updates in this process, one :class:`~drmas_train.optim.ModelOptimizer` per trainable model.
+    """PPO updates in this process, one :class:`~drmas_train.algorithm.optim.ModelOptimizer` per trainable model.
 
     Args:
-        cfg: the run's config. pool: the :class:`~drmas_train.assignment.ModelPool`.
+        cfg: the run's config. pool: the :class:`~drmas_train.model.assignment.ModelPool`.
         optimizers: ``model_id -> ModelOptimizer`` (trainable models only). ref_models: ``model_id -> frozen
         reference`` (only when ``algorithm.kl_coef > 0``).
     """
@@ -72,11 +72,11 @@ class LocalUpdater:
             samples: (B,) the iteration's samples. adv: (B,) float64 advantages. seed: the iteration seed.
 
         Returns:
-            ``loss/<model_id>/<metric>`` for every metric of :func:`~drmas_train.update.ppo_update`, plus the
-            π_old mismatch metrics of :func:`~drmas_train.old_logprobs.logprob_mismatch` when recomputed.
+            ``loss/<model_id>/<metric>`` for every metric of :func:`~drmas_train.algorithm.update.ppo_update`, plus the
+            π_old mismatch metrics of :func:`~drmas_train.algorithm.old_logprobs.logprob_mismatch` when recomputed.
         """
-        from drmas_train.old_logprobs import old_logprobs_for_update
-        from drmas_train.update import ppo_update
+        from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
+        from drmas_train.algorithm.update import ppo_update
 
         metrics, kwargs = {}, update_kwargs(self.cfg)
         for model_id, opt in self.optimizers.items():
@@ -94,8 +94,8 @@ class LocalUpdater:
         return metrics
 
     def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int) -> Path:
-        """An atomic checkpoint (:func:`drmas_train.checkpoint.save_checkpoint`) of the trainable models."""
-        from drmas_train.checkpoint import save_checkpoint
+        """An atomic checkpoint (:func:`drmas_train.run.checkpoint.save_checkpoint`) of the trainable models."""
+        from drmas_train.run.checkpoint import save_checkpoint
 
         models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.optimizers}
         return save_checkpoint(ckpt_root, iteration, models=models, optimizers=self.optimizers,
@@ -103,7 +103,7 @@ class LocalUpdater:
 
     def load(self, path: Path) -> dict[str, Any]:
         """Restore weights, optimizers and RNG states from ``path``; pushes the weights to the backends."""
-        from drmas_train.checkpoint import load_checkpoint
+        from drmas_train.run.checkpoint import load_checkpoint
 
         models = {mid: self.pool.models[mid].model for mid in self.optimizers}
         state = load_checkpoint(path, models=models, optimizers=self.optimizers)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from drmas_train.token_budget import pack_by_token_budget
+from drmas_train.model.token_budget import pack_by_token_budget
 
 __all__ = ["ModelOptimizer", "build_optimizer", "micro_batches", "prompt_micro_batches"]
 
@@ -47,7 +47,7 @@ def prompt_micro_batches(
     """Micro-batches for the shared-prompt forward: rows with the same prompt kept together, each prompt paid once.
 
     The forward of a micro-batch with U distinct prompts and k rows feeds ``U * P + k * T`` tokens (P: its longest
-    prompt, T: its longest response; :func:`drmas_train.logprobs.forward_logprobs` with ``share_prompts``), and
+    prompt, T: its longest response; :func:`drmas_train.model.logprobs.forward_logprobs` with ``share_prompts``), and
     that is the cost kept within ``token_budget``. Prompt groups are taken shortest prompt first, rows within a
     group shortest response first; a group that does not fit is split across micro-batches (each part then pays
     the prompt again); a row that alone exceeds the budget gets a micro-batch of its own.

@@ -1,7 +1,7 @@
 """Evaluation metrics: avg@k, unbiased pass@k, the reference's "any of k", standard errors, per-source tables.
 
 Everything here is a pure function of plain numbers or of episode rows (dicts in the result schema,
-:mod:`drmas_train.results`); nothing imports torch or an env.
+:mod:`drmas_train.eval.results`); nothing imports torch or an env.
 
 Definitions (per task ``i`` with ``n_i`` samples of which ``c_i`` are correct, ``N`` tasks):
 

@@ -3,7 +3,7 @@
 Example (five lines)::
 
     import drmas_envs
-    from drmas_train.policies import LLMPolicy
+    from drmas_train.eval.policies import LLMPolicy
 
     env = drmas_envs.make("math-solver-verifier-v0", render_mode="human")
     policy = LLMPolicy.from_model("smollm2-135m-instruct", max_new_tokens=256)
@@ -67,7 +67,7 @@ class LLMPolicy:
 
         Args:
             name_or_path: ``hf`` / ``vllm``: a named offline model, local path or HF id
-                (:func:`drmas_train.models.load_model`); ``openai``: the model name the server serves.
+                (:func:`drmas_train.model.models.load_model`); ``openai``: the model name the server serves.
             backend: ``hf`` (transformers in this process, CPU/GPU), ``vllm`` (an in-process vLLM engine) or
                 ``openai`` (any OpenAI-compatible server at ``base_url``, e.g. ``drmas_train.backends.openai_server``
                 or ``vllm serve``).
@@ -92,8 +92,8 @@ class LLMPolicy:
             return cls(OpenAIBackend(base_url, name_or_path, **kwargs), params)
         if base_url is not None:
             raise ValueError(f"base_url is only for backend='openai', got backend={backend!r}")
-        from drmas_train.assignment import make_backend
-        from drmas_train.models import load_model
+        from drmas_train.model.assignment import make_backend
+        from drmas_train.model.models import load_model
 
         return cls(make_backend(load_model(name_or_path), backend, **kwargs), params)
 

@@ -7,7 +7,7 @@ so recomputing the rollout's tokens with the same weights gives the rollout's ``
 Two savings over a plain ``model(...).logits`` forward, both exact up to float rounding (docs/update-performance.md):
 
 * **chunked LM head** (``lm_head_chunk``): the decoder's hidden states are taken at the response positions only
-  and scored by :func:`drmas_train.lm_head.chunked_token_logprobs`, so no (B, T, V) tensor and no full-vocabulary
+  and scored by :func:`drmas_train.model.lm_head.chunked_token_logprobs`, so no (B, T, V) tensor and no full-vocabulary
   autograd graph is ever built. Used when the model's head is a plain ``nn.Linear`` after the decoder
   (:func:`split_lm_head`); other models (logit soft-capping or scaling, a LoRA-wrapped head) take the plain path.
 * **shared prompts** (``share_prompts``): rows with the same prompt (the G rollouts of a group) compute it once:
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from drmas_train.lm_head import chunked_token_logprobs
+from drmas_train.model.lm_head import chunked_token_logprobs
 
 __all__ = ["forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts"]
 
@@ -125,7 +125,7 @@ def forward_logprobs(
         entropy_grad: the entropy carries gradients (needed only when the loss has an entropy term); False
             computes it without autograd (the plain path) or never backpropagates it (the chunked path).
         lm_head_chunk: tokens per LM-head chunk (see the module docstring); None = automatic from the vocabulary
-            size (:func:`drmas_train.lm_head.default_chunk`); 0 = the plain full-logits path (the default, which
+            size (:func:`drmas_train.model.lm_head.default_chunk`); 0 = the plain full-logits path (the default, which
             keeps the old numerics for callers that do not opt in).
         share_prompts: compute each distinct prompt once (needs the chunked path and a model whose cache layers
             are plain ``DynamicLayer``; otherwise ignored). Pays off when prompts repeat within the batch.

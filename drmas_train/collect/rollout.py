@@ -5,7 +5,7 @@ At every step the engine collects the pending call of every live env (PettingZoo
 call per model**; each response text is fed back as that env's action. Envs finish at different times; a
 finished env simply stops contributing calls. When an episode ends, the env's
 :class:`~drmas_envs.core.episode.EpisodeRecord` (calls, prompts, validity, penalties, outcome, task) is joined
-with the generations (token ids, log-probs, finish reasons): one :class:`~drmas_train.samples.Sample` per agent
+with the generations (token ids, log-probs, finish reasons): one :class:`~drmas_train.collect.samples.Sample` per agent
 call and one :class:`TrajectoryRecord` (carrying the record) per episode.
 
 Grouping ids (the GRPO contract): the G rollouts of one task share ``uid``; different tasks of the batch —
@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from drmas_envs.core.episode import EpisodeRecord, episode_record
-from drmas_train.assignment import ModelPool
 from drmas_train.backends.base import TRUNCATION_MODES, Generation, SamplingParams, reports_tokens
-from drmas_train.sample_io import load_samples, save_samples
-from drmas_train.samples import Sample
+from drmas_train.collect.sample_io import load_samples, save_samples
+from drmas_train.collect.samples import Sample
+from drmas_train.model.assignment import ModelPool
 
 __all__ = ["rollout", "RolloutResult", "TrajectoryRecord", "save_samples", "load_samples"]
 
@@ -174,7 +174,7 @@ def rollout(
         env_fn: zero-argument factory of a fresh drmas env, or a registered env id (``drmas_envs.make``).
         tasks: N tasks, as :class:`~drmas_envs.core.Task` objects or indices into the env's own task source.
         group_size: G rollouts per task (>= 1).
-        pool: the models and backends (:func:`~drmas_train.assignment.build_models`); validated against the
+        pool: the models and backends (:func:`~drmas_train.model.assignment.build_models`); validated against the
             env's ``possible_agents`` first.
         sampling: per-call sampling parameters; ``n`` must be 1 (the G rollouts are separate episodes).
             Each batched call gets a seed drawn from ``sampling.seed`` (or ``seed``), so a rollout is

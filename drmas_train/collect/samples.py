@@ -2,7 +2,7 @@
 
 A Sample is one :class:`~drmas_envs.core.episode.CallRecord` of the env's episode record (agent, validity,
 per-call score, outcome, task tags) joined with its generation (token ids, old log-probs, finish reason); the
-rollout engine (:mod:`drmas_train.rollout`) makes the join.
+rollout engine (:mod:`drmas_train.collect.rollout`) makes the join.
 
 Shape legend (see docs/): **B** samples in a batch (one per agent call), **T** response tokens, **G** rollouts
 per task (group size), **N** tasks per batch, **A** agents per episode.

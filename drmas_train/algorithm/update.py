@@ -5,13 +5,13 @@ Shape legend: **B** samples (agent calls) of this model, **T** response tokens.
 A model shared by several agents receives all of their samples here, each with the advantage its estimator
 gave it (advantages are computed once on the whole batch, before any split, so micro-batching can never change
 them). Gradients of the micro-batches of one mini-batch are accumulated with the mini-batch's own denominator
-(:func:`drmas_train.losses.aggregate`), so the step equals the full mini-batch step up to float rounding.
+(:func:`drmas_train.algorithm.losses.aggregate`), so the step equals the full mini-batch step up to float rounding.
 
-The forward is the lean one of :func:`drmas_train.logprobs.forward_logprobs` (docs/update-performance.md): the
+The forward is the lean one of :func:`drmas_train.model.logprobs.forward_logprobs` (docs/update-performance.md): the
 LM head in chunks over response tokens only, each group's shared prompt computed once (micro-batches keep a
-prompt's rows together: :func:`drmas_train.optim.prompt_micro_batches`), the entropy without autograd unless the
+prompt's rows together: :func:`drmas_train.algorithm.optim.prompt_micro_batches`), the entropy without autograd unless the
 loss has an entropy term, optional bf16 autocast, and a micro-batch token budget that can be chosen from the free
-memory (``micro_batch_tokens="auto"``, :mod:`drmas_train.memory_budget`).
+memory (``micro_batch_tokens="auto"``, :mod:`drmas_train.algorithm.memory_budget`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.logprobs import can_share_prompts, forward_logprobs
-from drmas_train.losses import PolicyLossConfig, policy_loss
-from drmas_train.optim import ModelOptimizer, micro_batches, prompt_micro_batches
-from drmas_train.samples import Sample
+from drmas_train.algorithm.losses import PolicyLossConfig, policy_loss
+from drmas_train.algorithm.optim import ModelOptimizer, micro_batches, prompt_micro_batches
+from drmas_train.collect.samples import Sample
+from drmas_train.model.logprobs import can_share_prompts, forward_logprobs
 
 __all__ = ["ppo_update", "pad_right", "RankShare"]
 
@@ -112,7 +112,7 @@ def ppo_update(
         ppo_epochs, mini_batches: passes over the data and optimizer steps per pass.
         micro_batch_tokens: token budget per forward/backward (padding included; with ``share_prompts`` a shared
             prompt counts once), or ``"auto"``: chosen from the free memory once per call
-            (:func:`drmas_train.memory_budget.auto_micro_batch_tokens`).
+            (:func:`drmas_train.algorithm.memory_budget.auto_micro_batch_tokens`).
         ref_model: frozen reference for the KL penalty (needed when ``loss_cfg.kl_coef`` != 0).
         seed: seeds the mini-batch shuffle (numpy Generator; deterministic given the iteration).
         skip_zero_advantage: with no KL and no entropy term, a sample whose advantage is exactly 0 contributes
@@ -121,11 +121,11 @@ def ppo_update(
             Its tokens then do not enter the diagnostics (entropy, clip fractions). On a weak model where most
             groups have equal rewards this saves most of the update time.
         lm_head_chunk: tokens per LM-head chunk (None = automatic, 0 = the plain full-logits path), see
-            :func:`drmas_train.logprobs.forward_logprobs`.
+            :func:`drmas_train.model.logprobs.forward_logprobs`.
         share_prompts: compute each distinct prompt of a micro-batch once (same loss and gradients up to float
             rounding; tests/train/test_update_fast.py).
         autocast_dtype: run forwards under ``torch.autocast`` in this dtype (``torch.bfloat16``; None = off). See
-            :func:`drmas_train.precision.resolve_autocast` for where it pays off and its log-prob error.
+            :func:`drmas_train.algorithm.precision.resolve_autocast` for where it pays off and its log-prob error.
         activation_checkpointing: 0 = off; k >= 1 = recompute every k-th decoder layer in the backward instead of
             keeping its activations (transformers' ``activation_checkpointing_enable(every_n_layers=k)``, switched
             on for this call only): about 1.3 MB -> 0.1 MB of saved activations per token for SmolLM2 at k = 1,
@@ -174,7 +174,7 @@ def _checkpointing(model: Any, every_n_layers: int):
 def _ppo_update(model, opt, samples, advantages, loss_cfg, pad_token_id, temperature, ppo_epochs, mini_batches,
                 micro_batch_tokens, ref_model, seed, skip_zero_advantage, share_prompts, fwd, autocast_dtype, share):  # fmt: skip
     if micro_batch_tokens == "auto":
-        from drmas_train.memory_budget import auto_micro_batch_tokens
+        from drmas_train.algorithm.memory_budget import auto_micro_batch_tokens
 
         longest = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         model.train()

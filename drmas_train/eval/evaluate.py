@@ -4,18 +4,18 @@ One play loop serves every policy kind: for each env id and task source, tasks a
 ``EvalConfig.batch_tasks`` and each batch is played ``k`` times by a *player*, which returns one
 :class:`~drmas_envs.core.episode.EpisodeRecord` per episode; every result row is a view of one record.
 
-* scripted baselines (:mod:`drmas_train.baselines`: ``oracle``, ``random``, ``no-search``) are played one
+* scripted baselines (:mod:`drmas_train.eval.baselines`: ``oracle``, ``random``, ``no-search``) are played one
   episode at a time (:func:`~drmas_envs.core.episode.play_episode`);
-* ``llm``: LLM agents with a per-agent model assignment (:mod:`drmas_train.models`; ``EvalConfig.model`` is
+* ``llm``: LLM agents with a per-agent model assignment (:mod:`drmas_train.model.models`; ``EvalConfig.model`` is
   every agent's default, key ``"*"``, ``EvalConfig.agent_models`` overrides it per agent; agents naming the
-  same model share one backend) are played in lock-step batches by :func:`drmas_train.rollout.rollout`.
+  same model share one backend) are played in lock-step batches by :func:`drmas_train.collect.rollout.rollout`.
 
 Seeds are fixed: scripted episode ``(source s, task i, sample j)`` of a run with ``seed`` uses
 ``SeedSequence([seed, s, i, j])`` (:func:`episode_seed`) for the env and the policy; LLM batch ``b`` of source
 ``s`` is one rollout seeded with ``episode_seed(seed, s, b, 0)`` (recorded as each row's ``seed``). The
 reference's validation defaults are temperature 0.6, top-p 0.95, k = 16 (:class:`EvalConfig`).
 
-Output: :func:`drmas_train.results.write_run` (``summary.json`` + ``episodes.jsonl``, docs/results-schema.md).
+Output: :func:`drmas_train.eval.results.write_run` (``summary.json`` + ``episodes.jsonl``, docs/results-schema.md).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import numpy as np
 
 from drmas_envs.core.episode import EpisodeRecord, play_episode
 from drmas_train.backends.base import LOCAL_BACKENDS, TRUNCATION_MODES
-from drmas_train.metrics import default_k_values, summarize_episodes
-from drmas_train.results import (
+from drmas_train.eval.metrics import default_k_values, summarize_episodes
+from drmas_train.eval.results import (
     QA_INFO_KEYS,
     RunResult,
     config_hash,
@@ -73,9 +73,9 @@ class EvalConfig:
         policy: ``"oracle"``, ``"random"``, ``"no-search"`` or ``"llm"``.
         model: the model every agent uses (``llm``), e.g. ``"smollm2-135m-instruct"``.
         agent_models: per-agent overrides ``{agent_id: model}`` (``llm``); a model is a name/path or a dict of
-            :class:`~drmas_train.models.ModelSpec` fields (e.g. ``{"name_or_path": "tiny-qwen3", "seed": 1,
+            :class:`~drmas_train.model.models.ModelSpec` fields (e.g. ``{"name_or_path": "tiny-qwen3", "seed": 1,
             "model_id": "tiny-b"}`` for a second, separate copy).
-        backend: LLM backend: ``"hf"`` or ``"vllm"`` (local models, :func:`~drmas_train.assignment.build_models`)
+        backend: LLM backend: ``"hf"`` or ``"vllm"`` (local models, :func:`~drmas_train.model.assignment.build_models`)
             or ``"openai"`` (an OpenAI-compatible server at ``base_url``; model names are the server's).
         base_url: the server's base URL (``"openai"`` only), e.g. ``"http://127.0.0.1:8000/v1"``.
         temperature, top_p, top_k, max_new_tokens: sampling (reference validation: 0.6, 0.95, off).
@@ -235,7 +235,7 @@ def agent_model_mapping(config: EvalConfig) -> dict[str, Any]:
 
 
 def openai_pool(mapping: dict[str, Any], env_agents: list[str], base_url: str) -> Any:
-    """A :class:`~drmas_train.assignment.ModelPool` of OpenAI-compatible clients, one per distinct model name.
+    """A :class:`~drmas_train.model.assignment.ModelPool` of OpenAI-compatible clients, one per distinct model name.
 
     Nothing is loaded locally: each model name is the server's. Token ids are those the server returns (else empty).
 
@@ -243,8 +243,8 @@ def openai_pool(mapping: dict[str, Any], env_agents: list[str], base_url: str) -
         AssignmentError: an agent without a model, or a model for an agent the env lacks.
         ValueError: a model given as a dict of ModelSpec fields (only names make sense for a server).
     """
-    from drmas_train.assignment import ModelPool, check_agents
     from drmas_train.backends.openai import OpenAIBackend
+    from drmas_train.model.assignment import ModelPool, check_agents
 
     if any(not isinstance(m, str) for m in mapping.values()):
         raise ValueError("backend 'openai' takes model names (the server's), not ModelSpec dicts")
@@ -291,7 +291,7 @@ class _ScriptedPlayer:
     """Plays a scripted baseline one episode at a time, on one env per target."""
 
     def __init__(self, config: EvalConfig) -> None:
-        from drmas_train.baselines import get_baseline
+        from drmas_train.eval.baselines import get_baseline
 
         self.config, self.policy = config, get_baseline(config.policy)
         self._env: tuple[_Target, Any] | None = None
@@ -328,7 +328,7 @@ class _LLMPlayer:
         )
 
     def pool(self, target: _Target) -> Any:
-        from drmas_train.assignment import build_models
+        from drmas_train.model.assignment import build_models
 
         if target.agents not in self.pools:
             agents = list(target.agents)
@@ -344,7 +344,7 @@ class _LLMPlayer:
         return {a: ids.get(a, "") for a in target.agents}
 
     def play(self, target: _Target, task_indices: range, batch_index: int) -> list[_Played]:
-        from drmas_train.rollout import rollout
+        from drmas_train.collect.rollout import rollout
 
         config, envs = self.config, []
 
@@ -469,7 +469,7 @@ def evaluate(config: EvalConfig, out_dir: str | Path, *, progress: bool = True) 
     """
     out = Path(out_dir)
     if (out / "summary.json").exists():
-        from drmas_train.results import ResultsError
+        from drmas_train.eval.results import ResultsError
 
         raise ResultsError(f"{out} already holds a run (summary.json exists); choose a new --out directory")
     run_id = uuid.uuid4().hex[:12]

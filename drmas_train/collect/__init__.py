@@ -1,0 +1,1 @@
+"""Stage 2, collect: the rollout engine plays env episodes with the models and turns them into ``Sample``s."""

@@ -1,0 +1,4 @@
+"""Stage 1, models: model specs and loading, the agent -> model assignment, log-probs and the chunked LM head.
+
+The generation backends that serve these models live beside it in :mod:`drmas_train.backends`.
+"""
