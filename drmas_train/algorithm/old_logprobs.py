@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.algorithm.optim import micro_batches, prompt_micro_batches
+from drmas_train.algorithm.update import plan_micro_batches, shares_prompts
 from drmas_train.collect.samples import Sample
-from drmas_train.model.logprobs import can_share_prompts, forward_logprobs
+from drmas_train.model.logprobs import forward_logprobs
 
 __all__ = ["recompute_old_logprobs", "logprob_mismatch"]
 
@@ -120,16 +120,14 @@ def recompute_old_logprobs(
     if not chosen:
         return list(samples), {}
     picked = [samples[i] for i in chosen]
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in picked]
-    share = share_prompts and not activation_checkpointing and can_share_prompts(model, lm_head_chunk)
+    share = shares_prompts(model, lm_head_chunk=lm_head_chunk, share_prompts=share_prompts,
+                           activation_checkpointing=activation_checkpointing)  # fmt: skip
     if micro_batch_tokens == "auto":
         from drmas_train.algorithm.memory_budget import auto_micro_batch_tokens
 
-        micro_batch_tokens = auto_micro_batch_tokens(model, max(lengths), lm_head_chunk=lm_head_chunk)
-    if share:
-        micros = prompt_micro_batches([s.prompt_ids for s in picked], [len(s.response_ids) for s in picked], micro_batch_tokens)
-    else:
-        micros = micro_batches(lengths, micro_batch_tokens)
+        longest = max(len(s.prompt_ids) + len(s.response_ids) for s in picked)
+        micro_batch_tokens = auto_micro_batch_tokens(model, longest, lm_head_chunk=lm_head_chunk)
+    micros = plan_micro_batches(picked, micro_batch_tokens, share=share)
     new_rows: dict[int, list[float]] = {}
     was_training = model.training
     model.eval()

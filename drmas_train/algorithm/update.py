@@ -30,7 +30,24 @@ from drmas_train.algorithm.optim import ModelOptimizer, micro_batches, prompt_mi
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import can_share_prompts, forward_logprobs
 
-__all__ = ["ppo_update", "pad_right", "RankShare"]
+__all__ = ["ppo_update", "pad_right", "RankShare", "shares_prompts", "plan_micro_batches"]
+
+
+def shares_prompts(model: Any, *, lm_head_chunk: int | None, share_prompts: bool, activation_checkpointing: int) -> bool:
+    """Whether the update's forward really shares prompts: asked for, no activation checkpointing (checkpointed
+    layers drop the KV cache) and a model whose cache can be shared (:func:`~drmas_train.model.logprobs.can_share_prompts`).
+    Micro-batches count a shared prompt once only where this holds."""
+    return share_prompts and not activation_checkpointing and can_share_prompts(model, lm_head_chunk)
+
+
+def plan_micro_batches(samples: Sequence[Sample], token_budget: int, *, share: bool) -> list[list[int]]:
+    """The update's micro-batches of ``samples`` (indices): prompt-grouped (a shared prompt counted once,
+    :func:`~drmas_train.algorithm.optim.prompt_micro_batches`) when ``share``, else by padded length
+    (:func:`~drmas_train.algorithm.optim.micro_batches`). The π_old recompute plans with it too, so its forwards
+    are the update's first forwards."""
+    if share:
+        return prompt_micro_batches([s.prompt_ids for s in samples], [len(s.response_ids) for s in samples], token_budget)
+    return micro_batches([len(s.prompt_ids) + len(s.response_ids) for s in samples], token_budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +166,8 @@ def ppo_update(
     if activation_checkpointing < 0:
         raise ValueError(f"activation_checkpointing must be >= 0 (0 = off, k = every k-th layer), got {activation_checkpointing}")
     # micro-batches count a shared prompt once only where the forward really shares it
-    share_prompts = share_prompts and not activation_checkpointing and can_share_prompts(model, lm_head_chunk)
+    share_prompts = shares_prompts(model, lm_head_chunk=lm_head_chunk, share_prompts=share_prompts,
+                                   activation_checkpointing=activation_checkpointing)  # fmt: skip
     fwd = {"lm_head_chunk": lm_head_chunk, "share_prompts": share_prompts}
     with _checkpointing(model, activation_checkpointing):
         return _ppo_update(model, opt, samples, advantages, loss_cfg, pad_token_id, temperature, ppo_epochs,
@@ -200,13 +218,7 @@ def _ppo_update(model, opt, samples, advantages, loss_cfg, pad_token_id, tempera
                     mb = mb[np.asarray(advantages)[mb] != 0]
                 mb_samples = [samples[i] for i in mb]
                 n_mb += 1
-                if share_prompts:
-                    micros = prompt_micro_batches(
-                        [s.prompt_ids for s in mb_samples], [len(s.response_ids) for s in mb_samples], micro_batch_tokens
-                    )
-                else:
-                    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in mb_samples]
-                    micros = micro_batches(lengths, micro_batch_tokens)
+                micros = plan_micro_batches(mb_samples, micro_batch_tokens, share=share_prompts)
                 mine = micros if share is None else micros[share.rank :: n]
                 rounds = -(-len(micros) // n)  # passes per rank: every rank joins every collective
                 for r in range(rounds):

@@ -29,7 +29,12 @@ import torch
 from drmas_train.algorithm.optim import ModelOptimizer
 from drmas_train.collect.samples import Sample
 
-__all__ = ["STRATEGIES", "resolve_strategy", "wrap_model", "unwrap_model", "dp_ppo_update"]
+#: forward settings of every pass on a rank (the update and the π_old recompute): the plain full-logits forward through
+#: the root module. The chunked LM head and the shared-prompt forward call submodules directly, which bypasses FSDP2's
+#: root hooks (the root's parameters would stay sharded DTensors).
+RANK_FORWARD = {"lm_head_chunk": 0, "share_prompts": False}
+
+__all__ = ["RANK_FORWARD", "STRATEGIES", "resolve_strategy", "wrap_model", "unwrap_model", "dp_ppo_update"]
 
 #: accepted strategies (``auto`` resolves to one of the others).
 STRATEGIES = ("auto", "fsdp2", "ddp")
@@ -152,7 +157,5 @@ def dp_ppo_update(
 
     share = RankShare(rank=rank, world_size=world_size, sync=lambda last: _sync_context(model, sync=last),
                       idle_step=lambda: _idle_step(model, pad_token_id), reduce=reduce, agree_budget=agree_budget)  # fmt: skip
-    # the plain full-logits forward through the root module: the chunked LM head and the shared-prompt forward call
-    # submodules directly, which bypasses FSDP2's root hooks (the root's parameters would stay sharded DTensors)
-    update_kwargs = {**update_kwargs, "lm_head_chunk": 0, "share_prompts": False}
+    update_kwargs = {**update_kwargs, **RANK_FORWARD}
     return ppo_update(model, opt, samples, advantages, pad_token_id=pad_token_id, share=share, **update_kwargs)

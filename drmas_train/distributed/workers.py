@@ -102,13 +102,11 @@ class TrainWorker:
         recomputing π_old with the training model when asked
         (:func:`~drmas_train.algorithm.old_logprobs.old_logprobs_for_update`; every rank recomputes the same samples)."""
         from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
-        from drmas_train.distributed.data_parallel import dp_ppo_update
+        from drmas_train.distributed.data_parallel import RANK_FORWARD, dp_ppo_update
         from drmas_train.run.updater import for_device
 
         pad, kwargs = self.tokenizer.pad_token_id, for_device(update_kwargs, self.device)
-        # the plain full-logits forward through the root module: the chunked LM head and shared-prompt forward
-        # call submodules directly, which bypasses FSDP2's root hooks (its parameters stay sharded DTensors)
-        kwargs.update(lm_head_chunk=0, share_prompts=False)
+        kwargs.update(RANK_FORWARD)  # the recompute's forwards are the update's (dp_ppo_update uses it too)
         samples, drift = old_logprobs_for_update(self.model, samples, advantages, recompute=recompute_old_logprobs,
                                                  pad_token_id=pad, update_kwargs=kwargs)  # fmt: skip
         out = dp_ppo_update(self.model, self.opt, samples, advantages, rank=self.rank, world_size=self.world_size,
