@@ -210,20 +210,29 @@ class VLLMBackend:
         return self.generate_ids(ids, sampling)
 
     def generate_ids(
-        self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, *, stop_token_ids: Sequence[int] = ()
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        *,
+        stop_token_ids: Sequence[int] = (),
+        filtered_logprobs: bool = False,
     ) -> list[Generation]:
         """Like :meth:`generate` for prompts already tokenized (each non-empty).
 
         ``stop_token_ids``: extra token ids that end a sequence like EOS does (kept in ``response_ids``); the
         distributed vLLM worker passes the HF engine's EOS set here so both engines stop on the same tokens.
+        ``filtered_logprobs``: with top-k/top-p on and no model attached, return vLLM's own log-probs (of the
+        filtered, renormalised distribution: *not* the drmas convention) instead of raising; for callers that do
+        not use them (validation).
 
         Raises:
-            ValueError: an empty prompt, or top-k/top-p on and no model attached (see the module docstring).
+            ValueError: an empty prompt, or top-k/top-p on, no model attached and not ``filtered_logprobs``.
         """
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("every prompt must have at least one token")
         filtered = sampling.top_k != -1 or sampling.top_p < 1.0
-        if filtered and self.model is None:
+        recompute = filtered and self.model is not None
+        if filtered and self.model is None and not filtered_logprobs:
             raise ValueError(
                 "vLLM returns log-probs after top-k/top-p filtering; attach the model (VLLMBackend.from_loaded) so they "
                 "can be recomputed under the drmas convention, or sample with top_k=-1, top_p=1.0"
@@ -232,7 +241,7 @@ class VLLMBackend:
         ids = [list(p) for p in prompt_ids]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in ids], params, use_tqdm=False)
         gens = from_vllm_outputs(ids, outputs, self.tokenizer)
-        if filtered:
+        if recompute:
             self._recompute(gens, sampling)
         return gens
 

@@ -83,6 +83,9 @@ class RayUpdater:
         share = 2 * len(model_ids) if d.colocate else 2
         groups: dict[str, WorkerGroup] = {}
         group_args: dict[str, tuple[tuple, dict]] = {}
+        vllm_kwargs = {"gpu_memory_utilization": d.vllm_gpu_memory_utilization, "seed": cfg.seed,
+                       "max_model_len": cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens,
+                       **d.vllm_kwargs} if d.generation_engine == "vllm" else None  # fmt: skip
         o = cfg.optim
         try:
             for mid in model_ids:
@@ -92,6 +95,7 @@ class RayUpdater:
                 group_args[mid] = ((mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate)), dict(
                     share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(cfg.algorithm.kl_coef),
                     strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
+                    engine=d.generation_engine, engine_kwargs=vllm_kwargs, sleep_level=d.vllm_sleep_level,
                 ))  # fmt: skip
                 groups[mid] = WorkerGroup(*group_args[mid][0], **group_args[mid][1])
                 pool.backends[mid] = RayBackend(groups[mid], pool.models[mid].tokenizer,
@@ -110,6 +114,10 @@ class RayUpdater:
         """One PPO update per worker group on its model's samples. Colocated groups take turns; groups on
         disjoint bundles (``colocate: false``) train at the same time.
 
+        Colocated vLLM engines (``distributed.generation_engine: vllm``): every group's engines sleep before the
+        first rank trains and are woken by the weight pushes after the last update, so no engine holds GPU memory
+        while any model trains on the shared GPUs (sleep -> updates -> wake_up + load_weights).
+
         Returns:
             ``loss/<model_id>/<metric>``, as :meth:`LocalUpdater.update`.
 
@@ -117,19 +125,30 @@ class RayUpdater:
             DistributedError: a training rank died (see :meth:`recover`).
         """
         metrics, kwargs, pending = {}, update_kwargs(self.cfg), {}
+        colocate = self.cfg.distributed.colocate
+        if colocate:  # shared GPUs: every engine releases its memory before any group trains
+            for group in self.groups.values():
+                group.sleep_engines()
         for model_id, group in self.groups.items():
             idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
             pending[model_id] = group.start_update([samples[i] for i in idx], adv[idx], seed, kwargs,
                                                     self.cfg.algorithm.recompute_old_logprobs)
-            if self.cfg.distributed.colocate:  # shared bundles: one group at a time
-                metrics.update(self._finish(model_id, pending.pop(model_id)))
+            if colocate:  # shared bundles: one group at a time; weights pushed once all groups trained
+                metrics.update(self._finish(model_id, pending.pop(model_id), publish=False))
         for model_id, refs in pending.items():
             metrics.update(self._finish(model_id, refs))
+        if colocate:
+            for model_id in self.groups:
+                self._finish(model_id, None)
         return metrics
 
-    def _finish(self, model_id: str, refs: list[Any]) -> dict[str, float]:
+    def _finish(self, model_id: str, refs: list[Any] | None, *, publish: bool = True) -> dict[str, float]:
+        """Wait for a group's update (``refs``; None: none) and push its weights (``publish``, always with None)."""
+        group = self.groups[model_id]
         try:
-            out = self.groups[model_id].finish_update(refs)
+            out = group.finish_update(refs, publish=publish) if refs is not None else {}
+            if refs is None:
+                group.publish()
         except DistributedError as err:
             self._failed = model_id
             where = (f"the latest complete checkpoint is {self.last_checkpoint}" if self.last_checkpoint else

@@ -42,9 +42,10 @@ Differences from the HF engine (:class:`~drmas_train.backends.hf.HFBackend`):
   engine's samples. Greedy decoding (``temperature=0``) agrees up to kernel numerics (bf16 ties can differ).
 * **Log-probs.** ``logprobs_mode="processed_logprobs"`` (vLLM >= 0.10.2) is ``log_softmax(logits / T)``, with
   ``T = 1`` for greedy rows (``vllm/v1/sample/sampler.py`` ``apply_temperature``): the drmas convention. With
-  top-k/top-p on vLLM renormalises over the kept tokens; the worker holds no HF copy to recompute them, so it
-  refuses such calls (the config rejects ``rollout.top_k``/``top_p`` with this engine up front). The trainer
-  recomputes pi_old with the training weights by default (``algorithm.recompute_old_logprobs``), so engine
+  top-k/top-p on vLLM renormalises over the kept tokens and the worker holds no HF copy to recompute them, so
+  such calls return vLLM's filtered log-probs. Only validation may sample that way (``eval.top_p``, whose
+  log-probs are unused): the config rejects ``rollout.top_k``/``rollout.top_p`` with this engine. The trainer
+  also recomputes pi_old with the training weights by default (``algorithm.recompute_old_logprobs``), so engine
   numerics never enter the PPO ratio.
 * **Stop tokens.** The HF engine's EOS set (tokenizer EOS + ``generation_config``/``config`` EOS) is passed as
   ``stop_token_ids`` so both engines end sequences on the same tokens; stop strings follow the drmas convention
@@ -111,7 +112,7 @@ class VLLMGenerationWorker:
         sleep_mode: start the engine with ``enable_sleep_mode=True`` and put it to sleep right after start-up.
         sleep_level: ``LLM.sleep(level)``: 1 (weights kept in CPU memory; the default, as verl) or 2 (weights
             dropped: less host memory, safe here because every push overwrites all weights).
-        seed: the engine seed (used for calls without a seed).
+        seed: the engine seed (used for calls without a seed); a ``seed`` in ``engine_kwargs`` takes precedence.
 
     Raises:
         ImportError: vLLM is not installed (:data:`VLLM_MISSING`).
@@ -131,6 +132,7 @@ class VLLMGenerationWorker:
         torch.set_num_threads(max(int(threads), 1))
         self.model_id, self.sleep_mode, self.sleep_level = model_id, bool(sleep_mode), int(sleep_level)
         engine_kwargs = dict(engine_kwargs or {})
+        seed = int(engine_kwargs.pop("seed", seed))
         loaded = _load(loader, spec, model_id)
         tokenizer, self.eos_ids = loaded.tokenizer, engine_eos_ids(loaded.tokenizer, loaded.model)
         self._export = tempfile.mkdtemp(prefix=f"drmas-vllm-{model_id}-")
@@ -207,14 +209,14 @@ class VLLMGenerationWorker:
         Raises:
             StaleWeightsError: this worker holds another version (the caller pushes weights and re-issues).
             RuntimeError: the engine is asleep (the caller must push weights, which wakes it, first).
-            ValueError: an empty prompt, or top-k/top-p on (see the module docstring).
+            ValueError: an empty prompt.
         """
         if version != self.version:
             raise StaleWeightsError(f"vLLM generation worker holds weights v{self.version}, the call needs v{version}")
         if self.asleep:
             raise RuntimeError(f"vLLM engine of model {self.model_id!r} is asleep ({sorted(self.asleep)} released); "
                                "push weights (load_weights wakes it) before generating")  # fmt: skip
-        return self.backend.generate_ids(prompt_ids, sampling, stop_token_ids=self.eos_ids)
+        return self.backend.generate_ids(prompt_ids, sampling, stop_token_ids=self.eos_ids, filtered_logprobs=True)
 
     def close(self) -> None:
         """Remove the start-up export (idempotent)."""

@@ -4,7 +4,12 @@ generation workers, one of each per bundle of the resource pool.
 * **update**: every rank gets the model's samples (one object-store copy) and runs its share of the PPO update
   (:func:`~drmas_train.distributed.data_parallel.dp_ppo_update`); then :meth:`WorkerGroup.publish` pushes the
   new weights trainer -> generation engines in memory (rank 0's full state dict through Ray's shared-memory
-  object store; a vLLM engine would take them the same way).
+  object store).
+* **engines**: ``engine="hf"`` (:class:`~drmas_train.distributed.workers.GenerationWorker`, CPU or GPU) or
+  ``engine="vllm"`` (:class:`~drmas_train.distributed.vllm_worker.VLLMGenerationWorker`, GPU). A vLLM engine shares
+  its bundle's GPU with the training rank beside it, so :meth:`WorkerGroup.start_update` first puts the group's
+  engines to sleep (:meth:`WorkerGroup.sleep_engines`: weights offloaded, KV cache freed) and the push after the
+  update wakes them (weights, load, then KV cache): sleep -> update -> wake_up + load_weights.
 * **generate**: the rows of one batched call are cut into one contiguous chunk per generation worker (equal
   prompts stay together, so the HF engine still prefills them once); chunk ``i`` samples with a seed derived
   from the call's seed and ``i`` (a single chunk keeps the call's seed: 1 worker == single process).
@@ -28,6 +33,7 @@ import numpy as np
 from drmas_train.distributed.cluster import DistributedError
 from drmas_train.distributed.resource_pool import ResourcePool
 from drmas_train.distributed.workers import GenerationWorker, StaleWeightsError, TrainWorker
+from drmas_train.run.config import GENERATION_ENGINES
 
 __all__ = ["WorkerGroup", "chunk_seed"]
 
@@ -50,22 +56,40 @@ class WorkerGroup:
         optim_kwargs: :func:`~drmas_train.algorithm.optim.build_optimizer` arguments. kl: keep a frozen reference.
         strategy: ``auto`` | ``fsdp2`` | ``ddp``. threads: torch threads per worker.
         max_restarts: generation worker restarts (whole group, whole run). backend_kwargs: HF engine arguments.
+        engine: ``hf`` | ``vllm`` (GPU bundles only). engine_kwargs: ``vllm.LLM`` arguments (``engine="vllm"``).
+        sleep_level: ``LLM.sleep`` level of the vLLM engines (1 or 2).
 
     Raises:
+        ValueError: an unknown ``engine``, or ``vllm`` on a pool without GPUs.
         DistributedError: a rank failed to start (its error chained).
     """
 
     def __init__(self, model_id: str, spec: Any, pool: ResourcePool, bundles: Sequence[int], *, share: int = 2,
                  loader: Callable | None = None, optim_kwargs: dict[str, Any] | None = None, kl: bool = False,
                  strategy: str = "auto", threads: int = 1, max_restarts: int = 2,
-                 backend_kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 backend_kwargs: dict[str, Any] | None = None, engine: str = "hf",
+                 engine_kwargs: dict[str, Any] | None = None, sleep_level: int = 1) -> None:  # fmt: skip
         import ray
+
+        if engine not in GENERATION_ENGINES:
+            raise ValueError(f"unknown generation engine {engine!r}; accepted: {list(GENERATION_ENGINES)}")
+        if engine == "vllm" and pool.gpus == 0:
+            raise ValueError("generation engine 'vllm' needs GPU bundles (vLLM's sleep mode is CUDA-only); "
+                             "use engine 'hf' on a CPU pool")  # fmt: skip
 
         self.model_id, self.max_restarts, self.restarts = model_id, int(max_restarts), 0
         self.restart_timeout_s = 300.0  # how long a restarting generation worker may take to come back
         self.world_size = len(bundles)
         use_gpu = pool.gpus > 0
-        train_cls, gen_cls = ray.remote(TrainWorker), ray.remote(GenerationWorker)
+        self.engine = engine
+        if engine == "vllm":
+            from drmas_train.distributed.vllm_worker import VLLMGenerationWorker
+
+            gen_cls = ray.remote(VLLMGenerationWorker)
+            gen_kwargs = dict(engine_kwargs=engine_kwargs, sleep_level=sleep_level)
+        else:
+            gen_cls, gen_kwargs = ray.remote(GenerationWorker), dict(backend_kwargs=backend_kwargs)
+        train_cls = ray.remote(TrainWorker)
         self.trainers = [
             train_cls.options(max_restarts=0, **pool.actor_options(b, share)).remote(
                 spec, model_id, rank, self.world_size, loader=loader, optim_kwargs=optim_kwargs, kl=kl,
@@ -74,7 +98,7 @@ class WorkerGroup:
         ]  # fmt: skip
         self.generators = [
             gen_cls.options(max_restarts=self.max_restarts, max_task_retries=0, **pool.actor_options(b, share)).remote(
-                spec, model_id, loader=loader, threads=threads, use_gpu=use_gpu, backend_kwargs=backend_kwargs)
+                spec, model_id, loader=loader, threads=threads, use_gpu=use_gpu, **gen_kwargs)
             for b in bundles
         ]  # fmt: skip
         try:
@@ -109,18 +133,37 @@ class WorkerGroup:
     def start_update(self, samples: Sequence[Any], advantages: np.ndarray, seed: int, update_kwargs: dict[str, Any],
                      recompute_old_logprobs: bool = False) -> list[Any]:
         """Submit the update to every rank without waiting (groups on disjoint bundles then train at once); with
-        ``recompute_old_logprobs`` the ranks first recompute π_old with the training weights."""
+        ``recompute_old_logprobs`` the ranks first recompute π_old with the training weights. vLLM engines are put
+        to sleep first (:meth:`sleep_engines`), so the ranks train with the GPU memory the engines held."""
         import ray
 
+        self.sleep_engines()
         # one object-store copy for all ranks; Ray resolves top-level ObjectRef arguments on the worker
         samples_ref, adv_ref = ray.put(list(samples)), ray.put(np.asarray(advantages))
         return [t.update.remote(samples_ref, adv_ref, seed, update_kwargs, recompute_old_logprobs) for t in self.trainers]
 
-    def finish_update(self, refs: list[Any]) -> dict[str, float]:
-        """Wait for :meth:`start_update`'s ranks, then :meth:`publish`; returns rank 0's (reduced) metrics."""
+    def finish_update(self, refs: list[Any], *, publish: bool = True) -> dict[str, float]:
+        """Wait for :meth:`start_update`'s ranks, then :meth:`publish` (unless ``publish=False``: the caller
+        publishes later, e.g. after every colocated group's update); returns rank 0's (reduced) metrics."""
         metrics = self._get_ranks(refs, "the update")[0]
-        self.publish()
+        if publish:
+            self.publish()
         return metrics
+
+    def sleep_engines(self) -> None:
+        """Release the vLLM engines' GPU memory (``LLM.sleep``) before training ranks on the same GPUs run;
+        idempotent, a no-op for HF engines. The next :meth:`publish` wakes them. A worker that died meanwhile is
+        skipped: Ray restarts it asleep and stale, and the next call re-pushes weights to it (which wakes it)."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        if self.engine != "vllm":
+            return
+        for ref in [g.sleep.remote() for g in self.generators]:
+            try:
+                ray.get(ref)
+            except (RayActorError, ActorUnavailableError):
+                continue
 
     def publish(self) -> None:
         """Push the training ranks' current weights to every generation worker (in memory, new version)."""

@@ -246,6 +246,8 @@ class RunConfig:
 
 #: accepted ``distributed.strategy`` values (see :class:`DistributedConfig`).
 DISTRIBUTED_STRATEGIES = ("auto", "fsdp2", "ddp")
+#: accepted ``distributed.generation_engine`` values (see :class:`DistributedConfig`).
+GENERATION_ENGINES = ("hf", "vllm")
 
 
 @dataclass
@@ -281,6 +283,18 @@ class DistributedConfig:
     of training groups (rebuilt from the latest checkpoint, the trainer replays from it)."""
     dashboard: bool = False
     """start the Ray dashboard with a local Ray."""
+    generation_engine: str = "hf"
+    """generation workers: ``hf`` (transformers, CPU or GPU) or ``vllm`` (GPU workers only, ``devices_per_node > 0``;
+    sleeps while the training ranks on its GPU run, :mod:`drmas_train.distributed.vllm_worker`)."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """``vllm.LLM(gpu_memory_utilization=...)``: the share of each GPU a vLLM engine takes when awake (weights +
+    KV cache), in (0, 1]; it must fit beside the training rank's resident state (docs/scaling.md)."""
+    vllm_sleep_level: int = 1
+    """``LLM.sleep(level)`` before each update: 1 = weights to CPU memory, 2 = weights dropped (less host memory;
+    every push overwrites them anyway)."""
+    vllm_kwargs: dict[str, Any] = field(default_factory=dict)
+    """more ``vllm.LLM`` arguments (``enforce_eager``, ``max_model_len`` (default: ``rollout.max_prompt_tokens +
+    rollout.max_new_tokens``), ``enable_prefix_caching``, ...)."""
 
 
 @dataclass
@@ -463,6 +477,11 @@ def _validate_distributed(cfg: TrainConfig) -> None:
     _check(d.devices_per_node >= 0, f"distributed.devices_per_node must be >= 0 (0 = CPU-only), got {d.devices_per_node}")
     _check(d.max_restarts >= 0, f"distributed.max_restarts must be >= 0, got {d.max_restarts}")
     _check(d.strategy in DISTRIBUTED_STRATEGIES, f"distributed.strategy={d.strategy!r}; accepted: {list(DISTRIBUTED_STRATEGIES)}")
+    _check(d.generation_engine in GENERATION_ENGINES,
+           f"distributed.generation_engine={d.generation_engine!r}; accepted: {list(GENERATION_ENGINES)}")  # fmt: skip
+    _check(0 < d.vllm_gpu_memory_utilization <= 1,
+           f"distributed.vllm_gpu_memory_utilization must be in (0, 1], got {d.vllm_gpu_memory_utilization}")  # fmt: skip
+    _check(d.vllm_sleep_level in (1, 2), f"distributed.vllm_sleep_level must be 1 or 2, got {d.vllm_sleep_level}")
     for key, n in d.world_size.items():
         if key not in cfg.models:
             close = difflib.get_close_matches(str(key), cfg.models, n=1)
@@ -471,9 +490,18 @@ def _validate_distributed(cfg: TrainConfig) -> None:
         _check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, f"distributed.world_size.{key} must be an int >= 1, got {n!r}")
     if not d.enabled:
         return
+    if d.generation_engine == "vllm":
+        _check(d.devices_per_node > 0, "distributed.generation_engine=vllm needs GPU workers "
+                                       "(distributed.devices_per_node > 0): vLLM and its sleep mode run on CUDA; "
+                                       "on CPU-only workers use distributed.generation_engine=hf")  # fmt: skip
+        r = cfg.rollout
+        _check(r.top_k == -1 and r.top_p == 1.0, f"rollout.top_k={r.top_k}, rollout.top_p={r.top_p} with "
+                                                  "distributed.generation_engine=vllm; accepted: top_k=-1, top_p=1.0 "
+                                                  "(vLLM's log-probs are taken after top-k/top-p filtering, not the "
+                                                  "drmas convention; use generation_engine=hf to train with them)")  # fmt: skip
     for key, m in cfg.models.items():
         _check(m.backend == "hf", f"models.{key}.backend={m.backend!r} with distributed.enabled=true; accepted: hf "
-                                  "(vLLM generation workers are not built yet, see docs/architecture.md)")  # fmt: skip
+                                  "(the driver's copy; vLLM generation workers: distributed.generation_engine=vllm)")  # fmt: skip
         _check(m.device == "cpu", f"models.{key}.device={m.device!r} with distributed.enabled=true; leave it 'cpu': "
                                   "workers use a GPU when distributed.devices_per_node > 0")  # fmt: skip
 
