@@ -453,3 +453,32 @@ def test_a_vllm_worker_that_dies_mid_rollout_is_restarted_repushed_and_reissued(
     # the restarted engine starts asleep and stale; the push wakes it, then the chunk is re-issued
     assert EVENTS == [("sleep", 1), ("wake_up", ("weights",)), ("load", n), ("reset_prefix_cache",),
                       ("wake_up", ("kv_cache",)), ("generate", 3)]  # fmt: skip
+
+
+# ---- scripts/gpu_check.sh's "vllm" field ---------------------------------------------------------------------
+def _gpu_check_line(tmp_path, extra_path: str = "") -> tuple[int, dict]:
+    import json
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "HOME": str(tmp_path),
+           "PYTHONPATH": extra_path}  # fmt: skip
+    proc = subprocess.run(["bash", str(root / "scripts" / "gpu_check.sh"), "--device", "cpu", "--hidden", "30", "--heads", "4"],
+                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout + proc.stderr
+    return proc.returncode, json.loads(lines[0])
+
+
+def test_gpu_check_line_says_whether_vllm_ran(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:  # this machine: the field says why the vLLM step did not run
+        code, line = _gpu_check_line(tmp_path)
+        assert code == 2 and line["vllm"] == "not installed" and line["error"].startswith("--hidden (30)")
+    fake = tmp_path / "fakepkgs" / "vllm"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("__version__ = '0.0.0+fake'\n")
+    code, line = _gpu_check_line(tmp_path, str(fake.parent))  # importable, but the check runs on the CPU
+    assert code == 2 and line["vllm"] == "skipped: the vLLM step needs --device cuda"
