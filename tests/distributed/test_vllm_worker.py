@@ -264,6 +264,9 @@ def test_config_generation_engine():
     d = load_config(None, [*base, "distributed.devices_per_node=4"]).distributed
     assert (d.generation_engine, d.vllm_gpu_memory_utilization, d.vllm_sleep_level) == ("vllm", 0.5, 1)
     assert load_config().distributed.generation_engine == "hf"  # the default
+    for preset, util in (("drmas_math_qwen3_4b_dist", 0.5), ("grpo_search_qwen25_7b_dist", 0.4)):  # the reference's
+        d = load_config(preset).distributed
+        assert (d.generation_engine, d.vllm_gpu_memory_utilization) == ("vllm", util)
     for override, message in [
         ("rollout.top_p=0.9", "rollout.top_k=-1, rollout.top_p=0.9 with distributed.generation_engine=vllm; accepted: top_k=-1, top_p=1.0"),
         ("distributed.vllm_sleep_level=3", "distributed.vllm_sleep_level must be 1 or 2, got 3"),
