@@ -83,7 +83,9 @@ class RayUpdater:
         share = 2 * len(model_ids) if d.colocate else 2
         groups: dict[str, WorkerGroup] = {}
         group_args: dict[str, tuple[tuple, dict]] = {}
-        vllm_kwargs = {"gpu_memory_utilization": d.vllm_gpu_memory_utilization, "seed": cfg.seed,
+        # every engine on a GPU is awake during the rollout: colocated models split the configured share evenly
+        engines_per_gpu = len(model_ids) if d.colocate else 1
+        vllm_kwargs = {"gpu_memory_utilization": d.vllm_gpu_memory_utilization / engines_per_gpu, "seed": cfg.seed,
                        "max_model_len": cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens,
                        **d.vllm_kwargs} if d.generation_engine == "vllm" else None  # fmt: skip
         o = cfg.optim

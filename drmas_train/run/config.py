@@ -287,8 +287,9 @@ class DistributedConfig:
     """generation workers: ``hf`` (transformers, CPU or GPU) or ``vllm`` (GPU workers only, ``devices_per_node > 0``;
     sleeps while the training ranks on its GPU run, :mod:`drmas_train.distributed.vllm_worker`)."""
     vllm_gpu_memory_utilization: float = 0.5
-    """``vllm.LLM(gpu_memory_utilization=...)``: the share of each GPU a vLLM engine takes when awake (weights +
-    KV cache), in (0, 1]; it must fit beside the training rank's resident state (docs/scaling.md)."""
+    """the share of each GPU, in (0, 1], that the awake vLLM engines on it take together (weights + KV cache); with
+    ``colocate: true`` each model's engine gets ``1 / models`` of it (``vllm.LLM(gpu_memory_utilization=...)``). It
+    must fit beside the training ranks' resident state (docs/scaling.md)."""
     vllm_sleep_level: int = 1
     """``LLM.sleep(level)`` before each update: 1 = weights to CPU memory, 2 = weights dropped (less host memory;
     every push overwrites them anyway)."""
