@@ -29,7 +29,22 @@ from drmas_train.distributed.worker_group import WorkerGroup
 from drmas_train.run.config import ConfigError, TrainConfig
 from drmas_train.run.updater import update_kwargs
 
-__all__ = ["RayUpdater", "DistributedError"]
+__all__ = ["RayUpdater", "DistributedError", "vllm_engine_kwargs"]
+
+
+def vllm_engine_kwargs(cfg: TrainConfig, n_models: int) -> dict[str, Any]:
+    """``vllm.LLM`` arguments of every vLLM generation engine of a run with ``n_models`` trainable models.
+
+    ``gpu_memory_utilization``: ``distributed.vllm_gpu_memory_utilization`` split evenly between the colocated
+    models' engines (all of them are awake on each GPU during the rollout); ``seed``: the run's seed;
+    ``max_model_len``: ``rollout.max_prompt_tokens + rollout.max_new_tokens`` (verl's default,
+    ``langfengQ/DrMAS verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:126``); then ``distributed.vllm_kwargs``
+    (which override these).
+    """
+    d = cfg.distributed
+    per_gpu = n_models if d.colocate else 1
+    return {"gpu_memory_utilization": d.vllm_gpu_memory_utilization / per_gpu, "seed": cfg.seed,
+            "max_model_len": cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens, **d.vllm_kwargs}  # fmt: skip
 
 
 class RayUpdater:
@@ -83,11 +98,7 @@ class RayUpdater:
         share = 2 * len(model_ids) if d.colocate else 2
         groups: dict[str, WorkerGroup] = {}
         group_args: dict[str, tuple[tuple, dict]] = {}
-        # every engine on a GPU is awake during the rollout: colocated models split the configured share evenly
-        engines_per_gpu = len(model_ids) if d.colocate else 1
-        vllm_kwargs = {"gpu_memory_utilization": d.vllm_gpu_memory_utilization / engines_per_gpu, "seed": cfg.seed,
-                       "max_model_len": cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens,
-                       **d.vllm_kwargs} if d.generation_engine == "vllm" else None  # fmt: skip
+        vllm_kwargs = vllm_engine_kwargs(cfg, len(model_ids)) if d.generation_engine == "vllm" else None
         o = cfg.optim
         try:
             for mid in model_ids:

@@ -279,6 +279,17 @@ def test_config_generation_engine():
         load_config(None, ["distributed.enabled=true", "models.shared.backend=vllm"])
 
 
+def test_engine_kwargs_split_the_gpu_share_between_colocated_models():
+    from drmas_train.distributed.updater import vllm_engine_kwargs
+
+    gpu = ["distributed.enabled=true", "distributed.generation_engine=vllm", "distributed.devices_per_node=4",
+           "rollout.max_prompt_tokens=100", "rollout.max_new_tokens=28", "seed=5"]  # fmt: skip
+    cfg = load_config(None, [*gpu, "distributed.vllm_gpu_memory_utilization=0.6"])
+    assert vllm_engine_kwargs(cfg, 3) == {"gpu_memory_utilization": pytest.approx(0.2), "seed": 5, "max_model_len": 128}
+    cfg = load_config(None, [*gpu, "distributed.colocate=false", "distributed.vllm_kwargs.max_model_len=64"])
+    assert vllm_engine_kwargs(cfg, 3) == {"gpu_memory_utilization": 0.5, "seed": 5, "max_model_len": 64}
+
+
 def test_config_error_exits_2_without_a_traceback(capsys):
     from drmas_train.cli import main
 
