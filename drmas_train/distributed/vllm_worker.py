@@ -27,7 +27,10 @@ weights (which wakes it) and re-issues the call.
 
 vLLM API relied on (``vllm-project/vllm``): ``vllm.LLM(model, tokenizer, seed, dtype, enable_sleep_mode,
 gpu_memory_utilization, tensor_parallel_size, logprobs_mode, ...)``, ``LLM.sleep(level)`` /
-``LLM.wake_up(tags)`` with tags in ``("weights", "kv_cache")`` (``vllm/entrypoints/llm.py``),
+``LLM.wake_up(tags)`` with tags in ``("weights", "kv_cache")`` (``vllm/entrypoints/llm.py``; the GPU worker's
+``CuMemAllocator`` pools are tagged so, level 2 saves and restores the model's buffers around the sleep, and only
+one sleep-mode engine may live in a process: ``vllm/v1/worker/gpu_worker.py`` ``Worker.sleep`` / ``wake_up`` /
+``load_model``),
 ``LLM.generate([{"prompt_token_ids": ids}], SamplingParams(...), use_tqdm=False)`` (a ``TokensPrompt``), and the
 in-place weight load of :meth:`drmas_train.backends.vllm.VLLMBackend.load_weights` (``collective_rpc
 ("reload_weights", ...)``, else ``apply_model(lambda m: m.load_weights(weights=...))``, else
