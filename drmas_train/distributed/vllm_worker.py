@@ -43,7 +43,7 @@ Differences from the HF engine (:class:`~drmas_train.backends.hf.HFBackend`):
 * **Sampling RNG.** vLLM draws with its own per-request generators (the ``k``-th of ``n`` samples seeded
   ``seed + k``, ``vllm/v1/engine/parallel_sampling.py``): the same seed gives reproducible vLLM samples, not the HF
   engine's samples. Greedy decoding (``temperature=0``) agrees up to kernel numerics (bf16 ties can differ).
-* **Log-probs.** ``logprobs_mode="processed_logprobs"`` (vLLM >= 0.10.2) is ``log_softmax(logits / T)``, with
+* **Log-probs.** ``logprobs_mode="processed_logprobs"`` (set by :class:`VLLMBackend`; a vLLM without this engine argument rejects it at start-up) is ``log_softmax(logits / T)``, with
   ``T = 1`` for greedy rows (``vllm/v1/sample/sampler.py`` ``apply_temperature``): the drmas convention. With
   top-k/top-p on vLLM renormalises over the kept tokens and the worker holds no HF copy to recompute them, so
   such calls return vLLM's filtered log-probs. Only validation may sample that way (``eval.top_p``, whose
