@@ -43,13 +43,13 @@ Differences from the HF engine (:class:`~drmas_train.backends.hf.HFBackend`):
 * **Sampling RNG.** vLLM draws with its own per-request generators (the ``k``-th of ``n`` samples seeded
   ``seed + k``, ``vllm/v1/engine/parallel_sampling.py``): the same seed gives reproducible vLLM samples, not the HF
   engine's samples. Greedy decoding (``temperature=0``) agrees up to kernel numerics (bf16 ties can differ).
-* **Log-probs.** ``logprobs_mode="processed_logprobs"`` (set by :class:`VLLMBackend`; a vLLM without this engine argument rejects it at start-up) is ``log_softmax(logits / T)``, with
-  ``T = 1`` for greedy rows (``vllm/v1/sample/sampler.py`` ``apply_temperature``): the drmas convention. With
-  top-k/top-p on vLLM renormalises over the kept tokens and the worker holds no HF copy to recompute them, so
-  such calls return vLLM's filtered log-probs. Only validation may sample that way (``eval.top_p``, whose
-  log-probs are unused): the config rejects ``rollout.top_k``/``rollout.top_p`` with this engine. The trainer
-  also recomputes pi_old with the training weights by default (``algorithm.recompute_old_logprobs``), so engine
-  numerics never enter the PPO ratio.
+* **Log-probs.** ``logprobs_mode="processed_logprobs"`` (set by :class:`VLLMBackend`; a vLLM without this
+  engine argument rejects it at start-up) is ``log_softmax(logits / T)``, with ``T = 1`` for greedy rows
+  (``vllm/v1/sample/sampler.py`` ``apply_temperature``): the drmas convention. With top-k/top-p on vLLM
+  renormalises over the kept tokens and the worker holds no HF copy to recompute them, so such calls return
+  vLLM's filtered log-probs. Only validation may sample that way (``eval.top_p``, whose log-probs are unused): the
+  config rejects ``rollout.top_k``/``rollout.top_p`` with this engine. The trainer also recomputes pi_old with the
+  training weights by default (``algorithm.recompute_old_logprobs``), so engine numerics never enter the PPO ratio.
 * **Stop tokens.** The HF engine's EOS set (tokenizer EOS + ``generation_config``/``config`` EOS) is passed as
   ``stop_token_ids`` so both engines end sequences on the same tokens; stop strings follow the drmas convention
   (``include_stop_str_in_output=True``).
