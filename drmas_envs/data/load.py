@@ -5,7 +5,7 @@ Accepted ``spec`` forms:
 ========================================  ==========================================================
 ``TaskSource`` (e.g. ``ListTaskSource``)   returned unchanged
 ``"reasoning_gym:<dataset>"``              :class:`~drmas_envs.data.procedural.ReasoningGymSource`
-                                           (``seed``, ``size`` keywords; ``reasoning-gym:`` also works)
+                                           (``seed``, ``size``, ``options`` keywords; ``reasoning-gym:`` also works)
 ``"/path/file.jsonl"`` / ``.parquet``      :func:`~drmas_envs.data.files.load_file` (``format``, ``data_source``,
                                            ``limit``); a ``pathlib.Path`` too
 ``"hf:<id>[:<config>][@<split>]"``         :func:`~drmas_envs.data.hf.load_hf` (split defaults to ``test``)
@@ -15,7 +15,9 @@ Accepted ``spec`` forms:
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from drmas_envs.core import TaskSource
 from drmas_envs.data.files import FILE_SUFFIXES, load_file
@@ -38,6 +40,7 @@ def load_tasks(
     limit: int | None = None,
     seed: int = 0,
     size: int = 1000,
+    options: Mapping[str, Any] | None = None,
 ) -> TaskSource:
     """Build a task source from ``spec`` (see the module docstring for the accepted forms).
 
@@ -45,6 +48,8 @@ def load_tasks(
         spec: a TaskSource, a ``reasoning_gym:``/``hf:`` spec, or a file path.
         format, data_source, limit: for files and HF ids (see :func:`~drmas_envs.data.files.load_file`).
         seed, size: for reasoning-gym sources.
+        options: for reasoning-gym sources: the data set's own options (``reasoning_gym.create_dataset`` keywords,
+            e.g. ``{"max_digits": 2}`` for ``basic_arithmetic``); ignored by files and HF ids (which have none).
 
     Raises:
         ValueError: a string that is none of the accepted forms (the message lists them).
@@ -60,6 +65,8 @@ def load_tasks(
     for prefix in _PROCEDURAL:
         if spec.startswith(prefix):
             dataset = spec[len(prefix) :] or "gsm_symbolic"
+            if options:
+                return ReasoningGymSource(dataset, seed=seed, size=size, **dict(options))
             if type(seed) is int and type(size) is int:  # noqa: E721 - bools and odd types get the checks
                 return _reasoning_gym(dataset, seed, size)
             return ReasoningGymSource(dataset, seed=seed, size=size)

@@ -28,7 +28,8 @@ class ReasoningGymSource(TaskSource):
         **config: extra dataset options passed to ``create_dataset``.
 
     Raises:
-        ValueError: unknown dataset name (message lists close names), non-positive size.
+        ValueError: unknown dataset name (message lists close names), non-positive size, options the data set
+            does not accept or rejects (message lists its options).
         ImportError: reasoning-gym is not installed.
     """
 
@@ -58,7 +59,17 @@ class ReasoningGymSource(TaskSource):
         self.seed = seed
         self.size = size
         self.name = f"reasoning_gym:{dataset}"
-        self._data = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **config)
+        self.config = dict(config)
+        try:
+            self._data = reasoning_gym.create_dataset(dataset, seed=seed, size=size, **config)
+        except (TypeError, AssertionError, ValueError) as err:  # reasoning-gym validates its configs with asserts
+            import dataclasses
+
+            fields = [f.name for f in dataclasses.fields(DATASETS[dataset][1]) if f.name not in ("seed", "size")]
+            raise ValueError(
+                f"bad options {config!r} for reasoning-gym dataset {dataset!r}: {err or type(err).__name__} "
+                f"(its options: {', '.join(fields)})"
+            ) from None
         self._cache: dict[int, Task] = {}
 
     def __len__(self) -> int:

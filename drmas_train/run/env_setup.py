@@ -14,14 +14,18 @@ from typing import Any
 
 from drmas_train.run.config import ConfigError, TrainConfig, presets_for_env
 
-__all__ = ["load_env_tasks", "make_probe_env"]
+__all__ = ["held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env"]
 
 DATA_FORMS = ("a JSONL/JSON/Parquet file path, 'reasoning_gym:<dataset>' (e.g. reasoning_gym:gsm_symbolic), "
                "'hf:<id>[:<config>][@<split>]', or null for the env's own tasks")  # fmt: skip
 
 
-def load_env_tasks(cfg: TrainConfig, spec: str | None = None, *, key: str = "env.data", seed: int | None = None) -> Any:
+def load_env_tasks(cfg: TrainConfig, spec: str | None = None, *, key: str = "env.data", seed: int | None = None,
+                   size: int | None = None) -> Any:  # fmt: skip
     """The task source of ``spec`` (default ``cfg.env.data``), or None when it is null.
+
+    ``env.data_options`` apply when ``key`` is ``"env.data"``; their ``size`` (tasks generated, default 1,000) is
+    replaced by ``size`` when given (the held-out validation candidates).
 
     Raises:
         ConfigError: the file does not exist, the spec has no accepted form, or the data set is unknown / broken;
@@ -32,12 +36,54 @@ def load_env_tasks(cfg: TrainConfig, spec: str | None = None, *, key: str = "env
     spec = cfg.env.data if spec is None and key == "env.data" else spec
     if not spec:
         return None
+    options = dict(cfg.env.data_options) if key == "env.data" else {}
+    if options and not is_procedural(spec):
+        raise ConfigError(f"env.data_options is only for 'reasoning_gym:<name>' data; {key}={spec!r} has no options")
+    n = options.pop("size", 1000)
+    n = n if size is None else size
     try:
-        return load_tasks(spec, seed=cfg.seed if seed is None else seed)
+        return load_tasks(spec, seed=cfg.seed if seed is None else seed, size=n, options=options)
     except FileNotFoundError as err:
         raise ConfigError(f"{key}={spec!r}: {err}. Accepted: {DATA_FORMS}") from None
     except (ValueError, TypeError, ImportError, OSError) as err:
         raise ConfigError(f"{key}={spec!r}: {err}") from None
+
+
+def is_procedural(spec: Any) -> bool:
+    """Whether ``spec`` names a generated data set (``reasoning_gym:<name>``), whose seeds can repeat problems."""
+    return isinstance(spec, str) and spec.startswith(("reasoning_gym:", "reasoning-gym:"))
+
+
+def held_out_tasks(candidates: Any, train: Any, size: int) -> list[Any]:
+    """The first ``size`` tasks of ``candidates`` whose question is not the question of any task in ``train``.
+
+    Validation on a procedural data set draws its tasks from another seed; in a small problem space (one-digit
+    sums: a few hundred questions) another seed repeats training problems, so the comparison is by question text.
+
+    Args:
+        candidates, train: sequences of :class:`~drmas_envs.core.Task` (``len`` and indexing).
+        size: wanted number of tasks (>= 1).
+
+    Returns:
+        up to ``size`` tasks, in ``candidates`` order (fewer when ``candidates`` runs out).
+
+    Raises:
+        ConfigError: no candidate is held out (the data set's problem space is inside the training tasks).
+    """
+    seen = {train[i].question for i in range(len(train))}
+    out: list[Any] = []
+    for i in range(len(candidates)):
+        task = candidates[i]
+        if task.question not in seen:
+            out.append(task)
+            if len(out) == size:
+                break
+    if not out:
+        raise ConfigError(
+            f"no held-out validation task: all {len(candidates)} candidates repeat a question of the "
+            f"{len(train)} training tasks; set eval.data to other problems or widen env.data_options"
+        )
+    return out
 
 
 def _accepted_kwargs(env_id: str) -> set[str] | None:

@@ -117,7 +117,8 @@ def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
     """PNG with three panels over iterations: accuracy (train ``rollout/accuracy`` and validation ``val/avg@k``),
     reward mean per agent, and pre-clip grad norm per model.
 
-    Validation points exist only at the iterations where it ran; they are drawn as markers joined by a line.
+    Validation points exist only at the iterations where it ran; they are drawn as markers joined by a line, with
+    their standard error over tasks (``val/avg@k_stderr``) as error bars.
 
     Raises:
         ValueError: the file holds no rows.
@@ -131,13 +132,16 @@ def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
     if not rows:
         raise ValueError(f"{metrics_path} holds no metrics rows")
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    stderr: dict[str, dict[int, float]] = defaultdict(dict)  # val/avg@k -> iteration -> standard error
     for row in rows:
         for k, v in row.items():
             if v is None:
                 continue
             if (k.startswith("reward/") and k.endswith("/mean") or k.endswith("/grad_norm")
-                    or k == "rollout/accuracy" or k.startswith("val/avg@")):  # fmt: skip
+                    or k == "rollout/accuracy" or k.startswith("val/avg@") and "_" not in k):  # fmt: skip
                 series[k].append((row["iteration"], v))
+            if k.startswith("val/avg@") and k.endswith("_stderr") and "_gain" not in k:
+                stderr[k.removesuffix("_stderr")][row["iteration"]] = v
     fig, (ax_a, ax_r, ax_g) = plt.subplots(1, 3, figsize=(16, 4))
     for k, pts in sorted(series.items()):
         xs, ys = zip(*pts, strict=False)
@@ -145,6 +149,9 @@ def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
             ax_a.plot(xs, ys, marker="o", label="train (rollout)")
         elif k.startswith("val/"):
             ax_a.plot(xs, ys, marker="s", linestyle="--", label=f"validation {k.split('/')[1]}")
+            errs = [stderr[k].get(x, 0.0) for x in xs]
+            if any(errs):  # +- one standard error over tasks, as vertical bars (no caps: ax.lines keeps the curves)
+                ax_a.errorbar(xs, ys, yerr=errs, fmt="none", ecolor=ax_a.lines[-1].get_color(), capsize=0)
         else:
             ax = ax_r if k.startswith("reward/") else ax_g
             ax.plot(xs, ys, marker="o", label=k.split("/")[1])

@@ -80,7 +80,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     from drmas_train.collect.task_sampler import TaskSampler
     from drmas_train.model.assignment import build_models, make_backend
     from drmas_train.run.data_prep import require_task_files
-    from drmas_train.run.env_setup import load_env_tasks, make_probe_env
+    from drmas_train.run.env_setup import held_out_tasks, is_procedural, load_env_tasks, make_probe_env
     from drmas_train.run.metrics_log import MetricsLogger
     from drmas_train.run.run_dir import prepare_run_dir
     from drmas_train.run.threads import configure_threads
@@ -108,8 +108,15 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         # procedural sources: another seed gives held-out problems; files: the first eval.size rows of the file;
         # no data at all: the env's own tasks (then not held out).
         key = "eval.data" if cfg.eval.data else "env.data"
-        val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000) if spec else tasks
-        val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
+        # validation candidates: 1,000 tasks from another seed (env.data_options' size sizes only the training set)
+        val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000, size=1000) if spec else tasks
+        if spec and not cfg.eval.data and is_procedural(spec):
+            # another seed of a small problem space repeats training problems: keep only unseen questions
+            val_tasks = held_out_tasks(val_src, tasks, cfg.eval.size)
+            logger.info("validation: %d held-out %s tasks (questions not in the %d training tasks)",
+                     len(val_tasks), spec, len(tasks))  # fmt: skip
+        else:
+            val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
 
     specs = model_specs(cfg)
     pool = build_models(
@@ -177,20 +184,48 @@ def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int
 
 
 def _validate(run: RunState, iteration: int) -> dict[str, float]:
-    """avg@k and unbiased pass@k (``drmas_train.eval.metrics``) of the current policy on the held-out tasks."""
+    """avg@k (with its standard error over tasks) and unbiased pass@k (``drmas_train.eval.metrics``) of the current
+    policy on the held-out tasks; per-task scores go to ``run_dir/validation/iter_<N>.json``.
+
+    When the run validated its initial weights (``eval.before_train``), later validations also report the paired
+    gain over them: ``val/avg@k_gain`` = mean over tasks of (score now - score at iteration 0), with its standard
+    error ``val/avg@k_gain_stderr`` (paired, so the tasks' difficulty spread cancels)."""
     from drmas_train.backends.base import SamplingParams
     from drmas_train.collect.rollout import rollout
-    from drmas_train.eval.metrics import avg_at_k, pass_at_k_tasks
+    from drmas_train.eval.metrics import avg_at_k, mean_stderr, pass_at_k_tasks
 
     e, r = run.cfg.eval, run.cfg.rollout
     sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, top_k=e.top_k, max_new_tokens=r.max_new_tokens)
     result = rollout(run.env_fn, run.val_tasks, e.k, run.pool, sampling, seed=10_000_019 + iteration,
                      max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=run.cfg.run.progress)  # fmt: skip
-    by_uid: dict[str, list[bool]] = {}
+    by_task: dict[str, list[bool]] = {}
     for t in result.trajectories:
-        by_uid.setdefault(t.uid, []).append(bool(t.won))
-    flags = list(by_uid.values())
-    return {f"val/avg@{e.k}": avg_at_k(flags).value, f"val/pass@{e.k}": pass_at_k_tasks([(len(f), sum(f)) for f in flags], e.k).value}
+        by_task.setdefault(t.task_id, []).append(bool(t.won))
+    flags = list(by_task.values())
+    avg = avg_at_k(flags)
+    out = {f"val/avg@{e.k}": avg.value, f"val/avg@{e.k}_stderr": avg.stderr or 0.0,
+           f"val/pass@{e.k}": pass_at_k_tasks([(len(f), sum(f)) for f in flags], e.k).value}  # fmt: skip
+    scores = {task: sum(f) / len(f) for task, f in by_task.items()}
+    folder = run.run_dir / "validation"
+    folder.mkdir(exist_ok=True)
+    (folder / f"iter_{iteration:06d}.json").write_text(json.dumps({"iteration": iteration, "k": e.k, "scores": scores}))
+    first = folder / "iter_000000.json"
+    if iteration > 0 and first.is_file():
+        before = json.loads(first.read_text())["scores"]
+        common = [t for t in scores if t in before]
+        if len(common) >= 2:
+            gain = mean_stderr([scores[t] - before[t] for t in common])
+            out.update({f"val/avg@{e.k}_gain": gain.value, f"val/avg@{e.k}_gain_stderr": gain.stderr or 0.0})
+    return out
+
+
+def _validation_line(iteration: int, m: dict[str, float]) -> str:
+    """``validation avg@k = v ± se`` (and the paired gain over iteration 0 when known)."""
+    key = next(k for k in m if k.startswith("val/avg@") and "_" not in k.split("@", 1)[1])
+    line = f"iter {iteration}: validation {key[4:]} = {m[key]:.3f} ± {m[key + '_stderr']:.3f}"
+    if key + "_gain" in m:
+        line += f" (gain over iteration 0: {m[key + '_gain']:+.3f} ± {m[key + '_gain_stderr']:.3f}, paired)"
+    return line
 
 
 def _save(run: RunState, iteration: int) -> Path:
@@ -245,7 +280,9 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     r, ckpt, metrics = cfg.rollout, None, {}
     bar = tqdm(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
-        run.logger.log(0, _validate(run, 0))  # the initial weights, as the reference's val_before_train
+        first = _validate(run, 0)  # the initial weights, as the reference's val_before_train
+        run.logger.log(0, first)
+        logger.info("%s", _validation_line(0, first))
     it = run.start_iteration
     while it < cfg.run.iterations:
         seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
@@ -276,6 +313,8 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
                         "perf/generate_s": result.timing.get("generate", 0.0), "perf/iteration_s": t3 - t0})  # fmt: skip
         run.logger.log(it + 1, metrics)
         logger.info("%s", _summary_line(it + 1, metrics))
+        if any(k.startswith("val/avg@") for k in metrics):
+            logger.info("%s", _validation_line(it + 1, metrics))
         if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
             ckpt = _save(run, it + 1)
         it += 1

@@ -266,3 +266,17 @@ def test_qa_formats_load_without_importing_the_search_envs():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_reasoning_gym_options_reach_the_dataset_and_bad_ones_name_its_options():
+    options = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"],
+               "allow_negation": False, "allow_parentheses": False}  # fmt: skip
+    tasks = load_tasks("reasoning_gym:basic_arithmetic", size=50, options=options)
+    for i in range(len(tasks)):  # two terms of one digit (reasoning-gym draws 0..10): the answer is their sum
+        numbers = [int(x) for x in re.findall(r"\d+", tasks[i].question)]
+        assert len(numbers) == 2 and all(n <= 10 for n in numbers) and int(tasks[i].answer) == sum(numbers)
+    assert tasks.config == options
+    with pytest.raises(ValueError, match=r"bad options \{'digits': 1\}.*its options: min_terms, max_terms"):
+        load_tasks("reasoning_gym:basic_arithmetic", size=5, options={"digits": 1})
+    with pytest.raises(ValueError, match="max_digits must be >= min_digits"):
+        load_tasks("reasoning_gym:basic_arithmetic", size=5, options={"min_digits": 3, "max_digits": 1})

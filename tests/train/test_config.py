@@ -35,7 +35,12 @@ def test_reference_hyperparameters():
     assert (s.env.kwargs["format_penalty"], s.rollout.max_new_tokens, s.algorithm.mini_batches) == (0.01, 800, 5)
     q = load_config("quickstart_math")
     assert q.agents == {"solver": "shared", "verifier": "shared"} and q.models["shared"].name_or_path == "smollm2-135m-instruct"
-    assert q.env.data == "reasoning_gym:gsm_symbolic" and q.algorithm.estimator == "drmas"
+    assert q.env.data == "reasoning_gym:basic_arithmetic" and q.algorithm.estimator == "drmas"
+    assert q.env.data_options["size"] == 100 and q.eval.before_train and q.eval.every > 0  # held-out before/after
+    twin = load_config("quickstart_math_grpo")  # the README job's GRPO twin: only the estimator (and run.dir) differ
+    assert (twin.algorithm.estimator, twin.run.dir) == ("grpo", "runs/quickstart_math_grpo")
+    twin.algorithm.estimator, twin.run.dir = "drmas", q.run.dir
+    assert twin == q
     ns = load_config("drmas_math_qwen3_4b_nonsharing")
     assert ns.agents == {"solver": "solver_model", "verifier": "verifier_model"} and "shared" not in ns.models
 

@@ -14,9 +14,10 @@ def test_plot_has_train_and_validation_accuracy(tmp_path, monkeypatch):
     rows = [
         {"iteration": 1, "rollout/accuracy": 0.25, "reward/solver/mean": 0.1, "loss/shared/grad_norm": 0.5},
         {"iteration": 2, "rollout/accuracy": 0.5, "reward/solver/mean": 0.2, "loss/shared/grad_norm": 0.4,
-         "val/avg@4": 0.375, "val/pass@4": 0.6},
+         "val/avg@4": 0.375, "val/avg@4_stderr": 0.1, "val/pass@4": 0.6},
         {"iteration": 3, "rollout/accuracy": None, "reward/solver/mean": 0.3, "loss/shared/grad_norm": 0.3},
-        {"iteration": 4, "rollout/accuracy": 0.75, "val/avg@4": 0.5},
+        {"iteration": 4, "rollout/accuracy": 0.75, "val/avg@4": 0.5, "val/avg@4_stderr": 0.05,
+         "val/avg@4_gain": 0.125, "val/avg@4_gain_stderr": 0.02},
     ]  # fmt: skip
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -28,6 +29,9 @@ def test_plot_has_train_and_validation_accuracy(tmp_path, monkeypatch):
     acc, reward, grad = figures[0].axes
     lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in acc.lines}
     assert lines == {"train (rollout)": ([1, 2, 4], [0.25, 0.5, 0.75]), "validation avg@4": ([2, 4], [0.375, 0.5])}
+    bars = [c for c in acc.collections if len(c.get_segments())]  # the validation error bars: +- one stderr
+    assert [[tuple(map(float, p)) for p in seg] for seg in bars[0].get_segments()] == [
+        [(2.0, 0.275), (2.0, 0.475)], [(4.0, 0.45), (4.0, 0.55)]]
     assert [line.get_label() for line in reward.lines] == ["solver"]
     assert [line.get_label() for line in grad.lines] == ["shared"]
     assert acc.get_title() == "accuracy"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -130,5 +132,11 @@ def test_eval_before_train_logs_iteration_zero(tmp_path):
     train(cfg, loader=tiny_loader)
     rows = read_metrics(tmp_path / "r" / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [0, 1]
-    assert set(rows[0]) == {"iteration", "val/avg@2", "val/pass@2"} and "val/avg@2" in rows[1]
+    assert set(rows[0]) == {"iteration", "val/avg@2", "val/avg@2_stderr", "val/pass@2"} and "val/avg@2" in rows[1]
+    # per-task scores are kept, and the gain over iteration 0 is their paired mean difference with its stderr
+    before, after = ((json.loads((tmp_path / "r" / "validation" / f"iter_{i:06d}.json").read_text())["scores"]) for i in (0, 1))
+    diffs = [after[t] - before[t] for t in before]
+    assert len(diffs) == 2 and rows[0]["val/avg@2"] == pytest.approx(sum(before.values()) / 2)
+    assert rows[1]["val/avg@2_gain"] == pytest.approx(sum(diffs) / 2)
+    assert rows[1]["val/avg@2_gain_stderr"] == pytest.approx(abs(diffs[0] - diffs[1]) / 2)  # sd(ddof=1)/sqrt(2)
     assert load_config("drmas_math_qwen3_4b").eval.before_train and load_config("grpo_search_qwen25_7b").eval.before_train

@@ -1,0 +1,49 @@
+"""Held-out validation on procedural data (``drmas_train.run.env_setup``): ``env.data_options``, and validation tasks
+that repeat no training question."""
+
+from __future__ import annotations
+
+import pytest
+
+from drmas_envs.core import Task
+from drmas_train.run.config import ConfigError, load_config
+from drmas_train.run.env_setup import held_out_tasks, load_env_tasks
+
+ONE_DIGIT = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"],
+             "allow_negation": False, "allow_parentheses": False}  # fmt: skip
+
+
+def _tasks(*questions: str) -> list[Task]:
+    return [Task(f"t{i}", "src", q, "0") for i, q in enumerate(questions)]
+
+
+def test_held_out_keeps_unseen_questions_in_order_up_to_size():
+    train = _tasks("a", "b")
+    candidates = _tasks("a", "c", "b", "d", "e")
+    assert [t.question for t in held_out_tasks(candidates, train, 2)] == ["c", "d"]
+    assert [t.question for t in held_out_tasks(candidates, train, 10)] == ["c", "d", "e"]  # fewer when it runs out
+    with pytest.raises(ConfigError, match="no held-out validation task: all 2 candidates repeat a question"):
+        held_out_tasks(_tasks("a", "b"), train, 3)
+
+
+def test_data_options_size_the_training_set_and_validation_is_disjoint_from_it():
+    cfg = load_config(None, ["env.data=reasoning_gym:basic_arithmetic", f"env.data_options={ONE_DIGIT | {'size': 60}}"])
+    train = load_env_tasks(cfg)
+    assert len(train) == 60 and train.config == ONE_DIGIT
+    candidates = load_env_tasks(cfg, cfg.env.data, seed=cfg.seed + 10_000, size=1000)
+    assert len(candidates) == 1000  # the candidates are not sized by the training set's size
+    seen = {train[i].question for i in range(len(train))}
+    assert sum(candidates[i].question in seen for i in range(len(candidates))) > 100  # a small problem space repeats
+    val = held_out_tasks(candidates, train, 32)
+    assert len(val) == 32 and not seen & {t.question for t in val}
+
+
+def test_data_options_need_a_procedural_spec(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text('{"question": "q", "answer": "1"}\n')
+    cfg = load_config(None, [f"env.data={path}", "env.data_options={max_digits: 1}"])
+    with pytest.raises(ConfigError, match="env.data_options is only for 'reasoning_gym:<name>' data"):
+        load_env_tasks(cfg)
+    cfg = load_config(None, ["env.data=reasoning_gym:basic_arithmetic", "env.data_options={digits: 1}"])
+    with pytest.raises(ConfigError, match=r"env.data='reasoning_gym:basic_arithmetic': bad options .*its options"):
+        load_env_tasks(cfg)
