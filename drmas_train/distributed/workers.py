@@ -102,11 +102,11 @@ class TrainWorker:
         recomputing π_old with the training model when asked
         (:func:`~drmas_train.algorithm.old_logprobs.old_logprobs_for_update`; every rank recomputes the same samples)."""
         from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
-        from drmas_train.distributed.data_parallel import RANK_FORWARD, dp_ppo_update
+        from drmas_train.distributed.data_parallel import dp_ppo_update, rank_forward
         from drmas_train.run.updater import for_device
 
         pad, kwargs = self.tokenizer.pad_token_id, for_device(update_kwargs, self.device)
-        kwargs.update(RANK_FORWARD)  # the recompute's forwards are the update's (dp_ppo_update uses it too)
+        kwargs.update(rank_forward(self.model))  # the recompute's forwards are the update's (dp_ppo_update's too)
         samples, drift = old_logprobs_for_update(self.model, samples, advantages, recompute=recompute_old_logprobs,
                                                  pad_token_id=pad, update_kwargs=kwargs)  # fmt: skip
         out = dp_ppo_update(self.model, self.opt, samples, advantages, rank=self.rank, world_size=self.world_size,
