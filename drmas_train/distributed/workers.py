@@ -128,6 +128,17 @@ class TrainWorker:
         state = self.full_state_dict()
         return [ray.put(state)] if self.rank == 0 else []
 
+    def save_hf(self, path: str) -> None:
+        """Collective: rank 0 writes the current weights as a Hugging Face folder (``save_pretrained`` of the full
+        state dict + the tokenizer) at ``path``, the folder ``drmas eval --model`` and ``load_model`` read; the
+        other ranks only join the gather. The driver never holds the weights."""
+        from drmas_train.distributed.data_parallel import unwrap_model
+
+        state = self.full_state_dict()
+        if self.rank == 0:
+            unwrap_model(self.model).save_pretrained(path, state_dict=state)
+            self.tokenizer.save_pretrained(path)
+
     def save(self, path: str) -> None:
         """Collective: sharded checkpoint of the model and its :class:`~drmas_train.algorithm.optim.ModelOptimizer` (AdamW state,
         LR schedule, skip counter) under ``path`` (:func:`drmas_train.distributed.checkpoint.save_sharded`, DCP, atomic)."""
