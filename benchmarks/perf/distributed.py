@@ -10,10 +10,17 @@ one-off start-up of the worker groups. Prints one JSON object:
   ``update_tokens_per_s`` (prompt + response tokens trained per second);
 * ``ray_overhead``: ``(ray_1 - single) / single`` for rollout and update time (the cost of the actors, the object
   store and the weight push at equal work);
-* ``speedup_2_vs_1``: ``ray_1 / ray_2`` time ratios.
+* ``speedup_2_vs_1``: ``ray_1 / ray_2`` time ratios;
+* ``rank_memory``: peak RSS of each of 2 data-parallel ranks (gloo, spawned without Ray) during one
+  ``dp_ppo_update`` of a tiny Llama with a large vocabulary (``--rank-vocab``), with the plain full-logits
+  forward (``lm_head_chunk=0``, no prompt sharing: what the ranks ran before) and with the lean forward the ranks
+  run now (chunked LM head; shared prompts under DDP), for FSDP2 and DDP: ``peak_mb`` per rank and
+  ``update_mb`` = peak minus the RSS just before the update (the update's own memory). ``--rank-memory-only``
+  skips the Ray setups.
 
     python benchmarks/perf/distributed.py                               # tiny-qwen3, 4 tasks x G=4
     python benchmarks/perf/distributed.py --model tiny-llama --tasks 8 --group-size 4 --repeats 3
+    python benchmarks/perf/distributed.py --rank-memory-only --rank-vocab 65536
 
 Timings on a shared machine vary from run to run; compare setups from the same invocation only. Two workers only
 pay off when there are two idle cores for them (a 2-core laptop also runs the driver).
@@ -27,6 +34,7 @@ import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 
 def _config(args, run_dir: str, *extra: str):
@@ -68,6 +76,67 @@ def _measure(run, args, fixed_samples=None) -> tuple[dict, list]:
             "update_tokens_per_s": round(trained / update_s, 1)}, samples  # fmt: skip
 
 
+def _rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _rank_memory_body(rank: int, world: int, port: int, strategy: str, lean: bool, vocab: int, out_dir: str) -> None:
+    """One rank: build the large-vocabulary tiny Llama, wrap it, run one ``dp_ppo_update``; write its peak RSS."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from drmas_train.algorithm.losses import PolicyLossConfig
+    from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.collect.samples import Sample
+    from drmas_train.distributed.data_parallel import dp_ppo_update, wrap_model
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)  # fmt: skip
+    model = wrap_model(LlamaForCausalLM(config), strategy, torch.device("cpu"))
+    opt = build_optimizer("m", model, lr=1e-4)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(5, vocab, 32).tolist() for _ in range(2)]  # 2 groups of G = 4 rows
+    samples = []
+    for i in range(8):
+        r = rng.integers(5, vocab, 128).tolist()
+        samples.append(Sample(f"u{i % 2}", f"t{i}", "a", "m", 0, 0, prompts[i % 2], r, [-1.0] * len(r), [1] * len(r)))
+    adv = rng.normal(size=len(samples))
+    forward = {} if lean else {"lm_head_chunk": 0, "share_prompts": False}
+    before = _rss_mb()
+    dp_ppo_update(model, opt, samples, adv, rank=rank, world_size=world, pad_token_id=0, loss_cfg=PolicyLossConfig(),
+                  temperature=1.0, micro_batch_tokens=640, **forward)  # fmt: skip
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"before_mb": before, "peak_mb": _rss_mb()}))
+    dist.destroy_process_group()
+
+
+def rank_memory(vocab: int) -> dict:
+    """Peak RSS per rank (2 gloo ranks) of one update, plain vs lean forward, FSDP2 and DDP (see the docstring)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    out: dict = {"vocab": vocab, "samples": 8, "prompt_tokens": 32, "response_tokens": 128, "micro_batch_tokens": 640}
+    for strategy in ("fsdp2", "ddp"):
+        for name, lean in (("plain", False), ("lean", True)):
+            with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+                s.close()
+                mp.spawn(_rank_memory_body, args=(2, port, strategy, lean, vocab, tmp), nprocs=2, join=True)
+                ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(2)]
+            out[f"{strategy}_{name}"] = {"peak_mb": [round(r["peak_mb"], 1) for r in ranks],
+                                         "update_mb": [round(r["peak_mb"] - r["before_mb"], 1) for r in ranks]}  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny-qwen3")
@@ -77,7 +146,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rank-vocab", type=int, default=65536, help="vocabulary of the rank-memory model")
+    p.add_argument("--rank-memory-only", action="store_true", help="only the rank-memory measurement (no Ray)")
     args = p.parse_args(argv)
+    if args.rank_memory_only:
+        out = {"benchmark": "distributed", "cpu_count": os.cpu_count(), "rank_memory": rank_memory(args.rank_vocab),
+               "load_avg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip
+        print(json.dumps(out, indent=2))
+        return out
 
     import ray
     import torch
@@ -101,6 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
                 run.updater.close()
             setups[name]["startup_s"] = round(startup, 2)
     ray.shutdown()
+    memory = rank_memory(args.rank_vocab)
     s, r1, r2 = setups["single"], setups["ray_1"], setups["ray_2"]
     out = {
         "benchmark": "distributed", "model": args.model, "tasks": args.tasks, "group_size": args.group_size,
@@ -110,6 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "update": round((r1["update_s"] - s["update_s"]) / s["update_s"], 3)},
         "speedup_2_vs_1": {"rollout": round(r1["rollout_s"] / r2["rollout_s"], 3),
                            "update": round(r1["update_s"] / r2["update_s"], 3)},
+        "rank_memory": memory,
     }  # fmt: skip
     print(json.dumps(out, indent=2))
     return out

@@ -14,6 +14,9 @@ FSDP2's reduce-scatter and DDP's all-reduce *average* gradients over ranks: the 
 the sum over all micro-batches, i.e. the single-process gradient up to float summation order. Ranks with fewer
 micro-batches run zero-loss forward/backward passes so every rank joins every collective; gradients are
 synchronised once per mini-batch (``set_requires_gradient_sync`` / ``no_sync``).
+
+Ranks run the single process's lean forward (chunked LM head; shared prompts under DDP), inside the wrapper's
+forward so its hooks see every parameter used (:func:`rank_forward`, :func:`drmas_train.model.logprobs.call_as_forward`).
 """
 
 from __future__ import annotations
@@ -29,12 +32,31 @@ import torch
 from drmas_train.algorithm.optim import ModelOptimizer
 from drmas_train.collect.samples import Sample
 
-#: forward settings of every pass on a rank (the update and the π_old recompute): the plain full-logits forward through
-#: the root module. The chunked LM head and the shared-prompt forward call submodules directly, which bypasses FSDP2's
-#: root hooks (the root's parameters would stay sharded DTensors).
-RANK_FORWARD = {"lm_head_chunk": 0, "share_prompts": False}
 
-__all__ = ["RANK_FORWARD", "STRATEGIES", "resolve_strategy", "wrap_model", "unwrap_model", "dp_ppo_update"]
+def rank_forward(model: torch.nn.Module) -> dict[str, Any]:
+    """Forward settings forced on a rank's update and π_old recompute (both must use the same, so the first PPO
+    ratio is exactly 1); merged over the run's own.
+
+    Both wrappers take the lean forward of :func:`drmas_train.model.logprobs.forward_logprobs`: the chunked LM head
+    runs inside the wrapper's forward (:func:`~drmas_train.model.logprobs.call_as_forward`), so FSDP2 all-gathers
+    the root's parameters and DDP arms its all-reduce around it. DDP also shares prompts. FSDP2 does not
+    (``share_prompts=False``): every per-layer FSDP2 module all-gathers its shard on each call, so the ranks of one
+    pass must call the layers equally often, but the shared-prompt forward calls each layer twice (prefix, then
+    the rows on its cache) only in micro-batches whose prompts repeat, and once in the others and in the idle
+    pass (the collectives would not line up); and in the backward a layer's prefix keys/values receive their
+    gradient through the cache after the layer's suffix post-backward has resharded its weights.
+
+    Returns:
+        ``{}`` (DDP, plain module) or ``{"share_prompts": False}`` (an FSDP2 module).
+    """
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6: DDP only
+        return {}
+    return {"share_prompts": False} if isinstance(model, FSDPModule) else {}
+
+
+__all__ = ["rank_forward", "STRATEGIES", "resolve_strategy", "wrap_model", "unwrap_model", "dp_ppo_update"]
 
 #: accepted strategies (``auto`` resolves to one of the others).
 STRATEGIES = ("auto", "fsdp2", "ddp")
@@ -91,7 +113,9 @@ def wrap_model(model: torch.nn.Module, strategy: str, device: torch.device) -> t
 
 def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
     """The HF module inside a DDP wrapper (FSDP2 modules are the HF module itself)."""
-    return getattr(model, "module", model)
+    from drmas_train.model.logprobs import unwrap_ddp
+
+    return unwrap_ddp(model)
 
 
 def _sync_context(model: torch.nn.Module, sync: bool):
@@ -157,5 +181,5 @@ def dp_ppo_update(
 
     share = RankShare(rank=rank, world_size=world_size, sync=lambda last: _sync_context(model, sync=last),
                       idle_step=lambda: _idle_step(model, pad_token_id), reduce=reduce, agree_budget=agree_budget)  # fmt: skip
-    update_kwargs = {**update_kwargs, **RANK_FORWARD}
+    update_kwargs = {**update_kwargs, **rank_forward(model)}
     return ppo_update(model, opt, samples, advantages, pad_token_id=pad_token_id, share=share, **update_kwargs)

@@ -7,9 +7,16 @@ is one group; non-sharing and heterogeneous models one group each) and puts a
 :class:`~drmas_train.distributed.backend.RayBackend` in ``pool.backends[model_id]``. Frozen models keep their
 in-process backend.
 
+The driver holds no weights of a trainable model: once its worker group has started, the pool entry's model is
+moved to the ``meta`` device (:func:`release_driver_weights`; its config, tokenizer and spec stay). Generation
+and training run in the workers, the weights move rank 0 -> object store -> generation workers, and the Hugging
+Face export of a checkpoint is written by rank 0. The driver loads each trainable model once at start-up (the
+pool is built before the groups) and frees it before the first rollout.
+
 Checkpoints (same atomic directory as the single-process path, :mod:`drmas_train.run.checkpoint`)::
 
-    models/<model_id>/      HF format (save_pretrained), gathered from the ranks: drmas eval --model loads it
+    models/<model_id>/      HF format (save_pretrained), written by rank 0 from the gathered full state dict:
+                            drmas eval --model loads it
     sharded/<model_id>/     torch.distributed.checkpoint of every rank's model + optimizer shard, and the
                             LR schedule (what --resume restores)
     trainer_state.pt, config.yaml
@@ -29,7 +36,7 @@ from drmas_train.distributed.worker_group import WorkerGroup
 from drmas_train.run.config import ConfigError, TrainConfig
 from drmas_train.run.updater import update_kwargs
 
-__all__ = ["RayUpdater", "DistributedError", "vllm_engine_kwargs"]
+__all__ = ["RayUpdater", "DistributedError", "vllm_engine_kwargs", "release_driver_weights", "driver_parameter_count"]
 
 
 def vllm_engine_kwargs(cfg: TrainConfig, n_models: int) -> dict[str, Any]:
@@ -47,13 +54,32 @@ def vllm_engine_kwargs(cfg: TrainConfig, n_models: int) -> dict[str, Any]:
             "max_model_len": cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens, **d.vllm_kwargs}  # fmt: skip
 
 
+def release_driver_weights(loaded: Any) -> None:
+    """Free the driver's copy of a model that trains and samples in a worker group: its parameters and buffers
+    move to the ``meta`` device (shapes, dtypes, config, tokenizer and spec stay; no memory is held).
+
+    Raises:
+        RuntimeError: the model is used afterwards for anything that reads values (a meta tensor has none).
+    """
+    loaded.model.to("meta")
+
+
+def driver_parameter_count(pool: Any, model_ids: list[str]) -> int:
+    """Parameters and buffers of ``model_ids`` that hold memory in this process (0 on the Ray path)."""
+    total = 0
+    for mid in model_ids:
+        model = pool.models[mid].model
+        total += sum(t.numel() for t in [*model.parameters(), *model.buffers()] if not t.is_meta)
+    return total
+
+
 class RayUpdater:
     """PPO updates on Ray worker groups (``distributed.enabled: true``); same methods as
     :class:`drmas_train.run.updater.LocalUpdater`.
 
     Args:
-        cfg: the run's config. pool: the driver's :class:`~drmas_train.model.assignment.ModelPool` (its models are
-        the HF copies written into checkpoints). groups: ``model_id -> WorkerGroup``. resources: the pool.
+        cfg: the run's config. pool: the driver's :class:`~drmas_train.model.assignment.ModelPool` (trainable models
+        on the ``meta`` device: tokenizer and config only). groups: ``model_id -> WorkerGroup``. resources: the pool.
         owns_ray: shut Ray down in :meth:`close` (it was started here).
     """
 
@@ -113,6 +139,7 @@ class RayUpdater:
                 groups[mid] = WorkerGroup(*group_args[mid][0], **group_args[mid][1])
                 pool.backends[mid] = RayBackend(groups[mid], pool.models[mid].tokenizer,
                                                 chat_template_kwargs=spec.chat_template_kwargs)  # fmt: skip
+                release_driver_weights(pool.models[mid])  # the group holds them now
         except BaseException:
             cls(cfg, pool, groups, rpool, owns_ray=owns).close()
             raise
@@ -169,27 +196,21 @@ class RayUpdater:
             raise DistributedError(f"{err}; {where}") from err
         return {f"loss/{model_id}/{k}": v for k, v in out.items()}
 
-    def _sync_driver_copies(self) -> None:
-        for mid, group in self.groups.items():
-            self.pool.models[mid].model.load_state_dict(group.full_state_dict(), strict=True)
-
     def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int) -> Path:
-        """Atomic checkpoint: HF weights gathered from the ranks plus every rank's sharded model + optimizer."""
+        """Atomic checkpoint: every rank's sharded model + optimizer, and the HF weights written by rank 0."""
         from drmas_train.run.checkpoint import save_checkpoint
-
-        self._sync_driver_copies()
-        models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.groups}
 
         def write_sharded(tmp: Path) -> None:
             for mid, group in self.groups.items():
                 group.save(tmp / "sharded" / mid)
+                group.save_hf(tmp / "models" / mid)
 
-        self.last_checkpoint = save_checkpoint(ckpt_root, iteration, models=models, optimizers={}, sampler_state=sampler_state,
+        self.last_checkpoint = save_checkpoint(ckpt_root, iteration, models={}, optimizers={}, sampler_state=sampler_state,
                                                config_yaml=config_yaml, keep=keep, write_extra=write_sharded)  # fmt: skip
         return self.last_checkpoint
 
     def load(self, path: Path) -> dict[str, Any]:
-        """Restore every group from ``path/sharded/<model_id>`` (and the driver copies, RNG states).
+        """Restore every group from ``path/sharded/<model_id>`` (and the driver's RNG states).
 
         Raises:
             FileNotFoundError: the checkpoint has no sharded state for a model (not written by a distributed run).
@@ -201,7 +222,7 @@ class RayUpdater:
             if not (path / "sharded" / mid).is_dir():
                 raise FileNotFoundError(f"checkpoint {path} has no sharded/{mid}/: it was not written with "
                                         "distributed.enabled=true; resume it without distributed")  # fmt: skip
-        state = load_checkpoint(path, models={mid: self.pool.models[mid].model for mid in self.groups}, optimizers={})
+        state = load_checkpoint(path, models={}, optimizers={})  # trainer state + RNG; the weights live in the groups
         for mid, group in self.groups.items():
             group.load(path / "sharded" / mid)
         self.last_checkpoint = path
@@ -209,7 +230,7 @@ class RayUpdater:
 
     def recover(self, err: DistributedError) -> dict[str, Any]:
         """After a training rank died in :meth:`update`: rebuild that model's group on its bundles and restore
-        every group (and the driver copies, RNG states) from the latest complete checkpoint.
+        every group (and the driver's RNG states) from the latest complete checkpoint.
 
         Returns:
             the checkpoint's trainer state (``{"iteration", "sampler", ...}``): the trainer rewinds to it.

@@ -237,6 +237,10 @@ class WorkerGroup:
         """Sharded checkpoint (model + optimizer, ``torch.distributed.checkpoint``) of every rank under ``path``."""
         self._get_ranks([t.save.remote(str(path)) for t in self.trainers], "the checkpoint save")
 
+    def save_hf(self, path: str | Path) -> None:
+        """The current weights as a Hugging Face folder at ``path``, written by rank 0 (``TrainWorker.save_hf``)."""
+        self._get_ranks([t.save_hf.remote(str(path)) for t in self.trainers], "the Hugging Face export")
+
     def load(self, path: str | Path) -> None:
         """Inverse of :meth:`save`, then :meth:`publish`."""
         self._get_ranks([t.load.remote(str(path)) for t in self.trainers], "the checkpoint load")

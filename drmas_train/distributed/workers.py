@@ -102,11 +102,11 @@ class TrainWorker:
         recomputing π_old with the training model when asked
         (:func:`~drmas_train.algorithm.old_logprobs.old_logprobs_for_update`; every rank recomputes the same samples)."""
         from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
-        from drmas_train.distributed.data_parallel import RANK_FORWARD, dp_ppo_update
+        from drmas_train.distributed.data_parallel import dp_ppo_update, rank_forward
         from drmas_train.run.updater import for_device
 
         pad, kwargs = self.tokenizer.pad_token_id, for_device(update_kwargs, self.device)
-        kwargs.update(RANK_FORWARD)  # the recompute's forwards are the update's (dp_ppo_update uses it too)
+        kwargs.update(rank_forward(self.model))  # the recompute's forwards are the update's (dp_ppo_update's too)
         samples, drift = old_logprobs_for_update(self.model, samples, advantages, recompute=recompute_old_logprobs,
                                                  pad_token_id=pad, update_kwargs=kwargs)  # fmt: skip
         out = dp_ppo_update(self.model, self.opt, samples, advantages, rank=self.rank, world_size=self.world_size,
@@ -127,6 +127,17 @@ class TrainWorker:
 
         state = self.full_state_dict()
         return [ray.put(state)] if self.rank == 0 else []
+
+    def save_hf(self, path: str) -> None:
+        """Collective: rank 0 writes the current weights as a Hugging Face folder (``save_pretrained`` of the full
+        state dict + the tokenizer) at ``path``, the folder ``drmas eval --model`` and ``load_model`` read; the
+        other ranks only join the gather. The driver never holds the weights."""
+        from drmas_train.distributed.data_parallel import unwrap_model
+
+        state = self.full_state_dict()
+        if self.rank == 0:
+            unwrap_model(self.model).save_pretrained(path, state_dict=state)
+            self.tokenizer.save_pretrained(path)
 
     def save(self, path: str) -> None:
         """Collective: sharded checkpoint of the model and its :class:`~drmas_train.algorithm.optim.ModelOptimizer` (AdamW state,

@@ -15,19 +15,76 @@ Two savings over a plain ``model(...).logits`` forward, both exact up to float r
   is repeated for the rows, and each row runs ``[last prompt token] + response[:-1]`` on top of it. Gradients
   reach the shared prompt through the cache (summed over the rows, as in the unshared forward). This is the
   update-side twin of the rollout's prefix sharing (:mod:`drmas_train.backends.prefill`).
+
+**Data-parallel wrappers.** ``model`` may be a DDP wrapper or an FSDP2 root (``fully_shard``). Both paths call the
+decoder and the LM head directly, which would bypass the wrapper's own forward: FSDP2's root pre-forward hook that
+all-gathers the root's parameters (embeddings, final norm, LM head) and its pre-backward hooks, and DDP's
+``prepare_for_backward`` that arms the gradient all-reduce. So the whole lean computation runs *as the wrapper's
+forward* (:func:`call_as_forward`): the hooks fire around it exactly as they do around ``model(...)``.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from drmas_train.model.lm_head import chunked_token_logprobs
 
-__all__ = ["forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts"]
+__all__ = ["forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts",
+           "call_as_forward", "unwrap_ddp"]
+
+
+def unwrap_ddp(model: Any) -> Any:
+    """The module inside a ``DistributedDataParallel`` wrapper; any other model unchanged (an FSDP2 module is the
+    HF module itself)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def _is_parallel_wrapper(model: Any) -> bool:
+    """A DDP wrapper or an FSDP2 module (``fully_shard``): its forward hooks must run around the computation."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        return True
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6: no FSDP2
+        return False
+    return isinstance(model, FSDPModule)
+
+
+def call_as_forward(model: torch.nn.Module, fn: Callable[[], Any]) -> Any:
+    """``fn()`` run as the forward of ``model`` (a DDP wrapper, an FSDP2 root, or a plain module).
+
+    ``model()`` is called with ``forward`` of the module it dispatches to (``model.module`` for DDP, else
+    ``model``) temporarily replaced by ``fn``, so every forward hook of the wrapper runs around ``fn``: FSDP2's root
+    pre-forward all-gathers the root's parameters (the embeddings, final norm and LM head that ``fn`` uses
+    directly) and its post-forward registers the pre-backward hooks on ``fn``'s output tensors (the root's
+    gradients are reduce-scattered by its post-backward callback); DDP's pre-forward runs and its post-forward
+    calls ``prepare_for_backward`` (without it a synchronising backward would not all-reduce). This is what
+    ``torch.distributed.fsdp.register_fsdp_forward_method`` does for FSDP2, in a form that also covers DDP.
+    ``fn`` must use every trainable parameter under DDP (``find_unused_parameters=False``), as the model's own
+    forward does.
+
+    Returns:
+        whatever ``fn`` returns (after the wrapper's post-forward, which may register hooks on its tensors).
+    """
+    inner = unwrap_ddp(model)
+    shadowed = "forward" in vars(inner)
+    previous = vars(inner).get("forward")
+    inner.forward = lambda *args, **kwargs: fn()  # an instance attribute shadows the class's forward
+    try:
+        return model()
+    finally:
+        if shadowed:
+            inner.forward = previous
+        else:
+            del inner.forward
 
 
 def cache_kwarg(model: Any) -> str:
@@ -116,7 +173,8 @@ def forward_logprobs(
     log-softmax is always taken in float32.
 
     Args:
-        model: a causal LM (transformers ``PreTrainedModel`` or PEFT wrapper) on its device.
+        model: a causal LM (transformers ``PreTrainedModel`` or PEFT wrapper) on its device, possibly wrapped for
+            data-parallel training (DDP, FSDP2 root; see the module docstring).
         prompt_ids: B prompts (token ids, chat template applied, each non-empty).
         response_ids: B responses (token ids, possibly empty).
         pad_token_id: id used for padding (masked out; any valid id works).
@@ -151,28 +209,34 @@ def forward_logprobs(
     if resp_len == 0:
         empty = torch.zeros((batch, 0), dtype=torch.float32, device=device)
         return empty, empty.clone(), (empty.clone() if with_entropy else None)
-    split = split_lm_head(model) if lm_head_chunk != 0 else None
+    inner = unwrap_ddp(model)
+    split = split_lm_head(inner) if lm_head_chunk != 0 else None
     if split is None:
         return _plain_logprobs(model, prompt_ids, response_ids, pad_token_id, scale, with_entropy, entropy_grad)
     decoder, head = split
-    if share_prompts and _worth_sharing(model, prompt_ids):
-        hidden, response_mask = _shared_prompt_hidden(model, decoder, prompt_ids, response_ids, pad_token_id, device)
-    else:
-        hidden, response_mask = _packed_hidden(decoder, prompt_ids, response_ids, pad_token_id, device)
-    real = response_mask.bool()  # (B, T)
-    targets = torch.zeros((batch, resp_len), dtype=torch.long)
-    for b, r in enumerate(response_ids):
-        targets[b, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
-    logp, ent = chunked_token_logprobs(
-        hidden[real], head.weight, targets.to(device)[real], bias=head.bias, temperature=scale,
-        chunk=lm_head_chunk, with_entropy=with_entropy,
-    )  # fmt: skip
-    if ent is not None and not entropy_grad:
-        ent = ent.detach()
-    zeros = torch.zeros((batch, resp_len), dtype=logp.dtype, device=device)  # float32 (float64 for a float64 model)
-    logprobs = zeros.masked_scatter(real, logp)
-    entropy = zeros.masked_scatter(real, ent) if ent is not None else None
-    return logprobs, response_mask, entropy
+
+    def lean() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        if share_prompts and _worth_sharing(inner, prompt_ids):
+            hidden, response_mask = _shared_prompt_hidden(inner, decoder, prompt_ids, response_ids, pad_token_id, device)
+        else:
+            hidden, response_mask = _packed_hidden(decoder, prompt_ids, response_ids, pad_token_id, device)
+        real = response_mask.bool()  # (B, T)
+        targets = torch.zeros((batch, resp_len), dtype=torch.long)
+        for b, r in enumerate(response_ids):
+            targets[b, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)
+        logp, ent = chunked_token_logprobs(
+            hidden[real], head.weight, targets.to(device)[real], bias=head.bias, temperature=scale,
+            chunk=lm_head_chunk, with_entropy=with_entropy,
+        )  # fmt: skip
+        if ent is not None and not entropy_grad:
+            ent = ent.detach()
+        zeros = torch.zeros((batch, resp_len), dtype=logp.dtype, device=device)  # float32 (float64 for a float64 model)
+        logprobs = zeros.masked_scatter(real, logp)
+        entropy = zeros.masked_scatter(real, ent) if ent is not None else None
+        return logprobs, response_mask, entropy
+
+    # under a DDP / FSDP2 wrapper the decoder and head are called directly: run them inside the wrapper's forward
+    return call_as_forward(model, lean) if _is_parallel_wrapper(model) else lean()
 
 
 def _plain_logprobs(model, prompt_ids, response_ids, pad_token_id, scale, with_entropy, entropy_grad):
@@ -231,6 +295,7 @@ def can_share_prompts(model: Any, lm_head_chunk: int | None = None) -> bool:
     ``DynamicLayer`` s (:func:`drmas_train.backends.prefill.can_stitch`)."""
     from drmas_train.backends.prefill import can_stitch
 
+    model = unwrap_ddp(model)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return lm_head_chunk != 0 and split_lm_head(model) is not None and can_stitch(base)
 

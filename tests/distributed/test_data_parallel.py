@@ -6,6 +6,10 @@ bit for bit: losses and grad norms are compared at rel 1e-5. Weights after two A
 per-element step lr * m / (sqrt(v) + 1e-8) turns a rounding-level difference into up to ~1e-3 * lr where a
 gradient element is itself near 1e-8 (seen: 1 element in 2,048 off by 5.5e-6), so every element must agree to
 atol 1e-3 * lr = 1e-5 and 99.9 % of them to 1e-6.
+
+Both sides run the lean forward (``ppo_update``'s defaults: the chunked LM head; on the ranks inside the DDP /
+FSDP2 forward, ``drmas_train.model.logprobs.call_as_forward``). Grouped prompts (shared under DDP) and the π_old
+recompute on ranks are checked on spawned gloo ranks in tests/distributed/test_lean_ranks.py.
 """
 
 from __future__ import annotations
