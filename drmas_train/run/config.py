@@ -103,8 +103,8 @@ class EnvConfig:
     ``hf:<id>`` (:func:`drmas_envs.data.load.load_tasks`); null = the env's own default tasks."""
     data_options: dict[str, Any] = field(default_factory=dict)
     """options of a ``reasoning_gym:<name>`` data set (``reasoning_gym.create_dataset`` keywords, e.g.
-    ``{max_digits: 2}``); also used for the held-out validation tasks when ``eval.data`` is null. Other specs
-    have no options (a non-empty value for them is a config error)."""
+    ``{max_digits: 2}``; ``size``: how many training tasks, default 1,000); also used for the held-out validation
+    tasks when ``eval.data`` is null. Files and HF ids have no options: they are then ignored, with a warning."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """extra env arguments (e.g. ``max_loops``, ``format_penalty``)."""
 

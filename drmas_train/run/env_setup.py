@@ -9,10 +9,13 @@ before any model loads (``drmas train`` exits 2 on it, without a traceback).
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from drmas_train.run.config import ConfigError, TrainConfig, presets_for_env
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env"]
 
@@ -37,8 +40,10 @@ def load_env_tasks(cfg: TrainConfig, spec: str | None = None, *, key: str = "env
     if not spec:
         return None
     options = dict(cfg.env.data_options) if key == "env.data" else {}
-    if options and not is_procedural(spec):
-        raise ConfigError(f"env.data_options is only for 'reasoning_gym:<name>' data; {key}={spec!r} has no options")
+    if options and not is_procedural(spec):  # e.g. `drmas train env.data=gsm8k.jsonl` on the quickstart preset
+        logger.warning("env.data_options %s ignored: they are options of 'reasoning_gym:<name>' data, and %s=%r "
+                       "has none", sorted(options), key, spec)  # fmt: skip
+        options = {}
     n = options.pop("size", 1000)
     n = n if size is None else size
     try:

@@ -114,9 +114,12 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
             # another seed of a small problem space repeats training problems: keep only unseen questions
             val_tasks = held_out_tasks(val_src, tasks, cfg.eval.size)
             logger.info("validation: %d held-out %s tasks (questions not in the %d training tasks)",
-                     len(val_tasks), spec, len(tasks))  # fmt: skip
+                        len(val_tasks), spec, len(tasks))  # fmt: skip
         else:
             val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
+            if not cfg.eval.data:
+                logger.warning("validation reads the training data (%s): its %d tasks are not held out; set eval.data "
+                               "to other problems", spec or "the env's own tasks", len(val_tasks))  # fmt: skip
 
     specs = model_specs(cfg)
     pool = build_models(

@@ -3,6 +3,8 @@ that repeat no training question."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from drmas_envs.core import Task
@@ -38,12 +40,14 @@ def test_data_options_size_the_training_set_and_validation_is_disjoint_from_it()
     assert len(val) == 32 and not seen & {t.question for t in val}
 
 
-def test_data_options_need_a_procedural_spec(tmp_path):
+def test_data_options_apply_to_procedural_specs_only(tmp_path, caplog):
     path = tmp_path / "tasks.jsonl"
-    path.write_text('{"question": "q", "answer": "1"}\n')
-    cfg = load_config(None, [f"env.data={path}", "env.data_options={max_digits: 1}"])
-    with pytest.raises(ConfigError, match="env.data_options is only for 'reasoning_gym:<name>' data"):
-        load_env_tasks(cfg)
+    path.write_text('{"task_id": "a", "data_source": "s", "question": "q", "answer": "1"}\n')
+    cfg = load_config(None, [f"env.data={path}"])  # the quickstart preset's options stay; a file has none
+    assert cfg.env.data_options
+    with caplog.at_level(logging.WARNING, logger="drmas_train.run.env_setup"):
+        tasks = load_env_tasks(cfg)
+    assert len(tasks) == 1 and "env.data_options ['allow_negation'" in caplog.text and "has none" in caplog.text
     cfg = load_config(None, ["env.data=reasoning_gym:basic_arithmetic", "env.data_options={digits: 1}"])
     with pytest.raises(ConfigError, match=r"env.data='reasoning_gym:basic_arithmetic': bad options .*its options"):
         load_env_tasks(cfg)
