@@ -32,6 +32,7 @@ __all__ = [
     "render_chat",
     "find_stop",
     "reports_tokens",
+    "eos_token_ids",
 ]
 
 #: One chat conversation: ``[{"role": "system"|"user"|"assistant", "content": str}, ...]``.
@@ -191,6 +192,17 @@ def render_chat(
         rows, tokenize=False, add_generation_prompt=True, **dict(chat_template_kwargs or {})
     )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def eos_token_ids(tokenizer: Any, model: Any) -> frozenset[int]:
+    """The token ids that end a sequence: the tokenizer's EOS and every EOS id named in the model's
+    ``generation_config`` / ``config`` (an int or a list there). Both engines stop on this set (the HF engine
+    directly, the vLLM worker as ``stop_token_ids``)."""
+    eos = {getattr(tokenizer, "eos_token_id", None)}
+    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
+        value = getattr(source, "eos_token_id", None)
+        eos.update(value if isinstance(value, (list, tuple)) else [value])
+    return frozenset(int(e) for e in eos if e is not None)
 
 
 def find_stop(text: str, stop: Sequence[str]) -> bool:

@@ -27,6 +27,7 @@ from drmas_train.backends.base import (
     Generation,
     Messages,
     SamplingParams,
+    eos_token_ids,
     find_stop,
     render_chat,
     truncate_ids,
@@ -210,11 +211,7 @@ class HFBackend:
         self._special_ids = frozenset(getattr(tokenizer, "all_special_ids", ()) or ())
         self._seeds = random.Random(seed)
         self._cache_kw = cache_kwarg(model)
-        eos = {tokenizer.eos_token_id}
-        for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
-            value = getattr(source, "eos_token_id", None)
-            eos.update(value if isinstance(value, (list, tuple)) else [value])
-        self.eos_token_ids = frozenset(int(e) for e in eos if e is not None)
+        self.eos_token_ids = eos_token_ids(tokenizer, model)
         self.pad_token_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )

@@ -65,9 +65,10 @@ from typing import Any
 
 import torch
 
+from drmas_train.backends.base import eos_token_ids
 from drmas_train.distributed.workers import StaleWeightsError, _load
 
-__all__ = ["VLLMGenerationWorker", "VLLM_MISSING", "import_vllm", "engine_eos_ids", "VLLM_TAGS"]
+__all__ = ["VLLMGenerationWorker", "VLLM_MISSING", "import_vllm", "VLLM_TAGS"]
 
 #: what :func:`import_vllm` says when vLLM is not importable on a worker.
 VLLM_MISSING = (
@@ -89,16 +90,6 @@ def import_vllm() -> Any:
     except ImportError as err:
         raise ImportError(VLLM_MISSING) from err
     return vllm
-
-
-def engine_eos_ids(tokenizer: Any, model: Any) -> list[int]:
-    """The token ids that end a sequence in the HF engine: the tokenizer's EOS and every EOS id named in the model's
-    ``generation_config`` / ``config`` (as :class:`~drmas_train.backends.hf.HFBackend` collects them), sorted."""
-    eos = {getattr(tokenizer, "eos_token_id", None)}
-    for source in (getattr(model, "generation_config", None), getattr(model, "config", None)):
-        value = getattr(source, "eos_token_id", None)
-        eos.update(value if isinstance(value, (list, tuple)) else [value])
-    return sorted(int(e) for e in eos if e is not None)
 
 
 class VLLMGenerationWorker:
@@ -137,7 +128,7 @@ class VLLMGenerationWorker:
         engine_kwargs = dict(engine_kwargs or {})
         seed = int(engine_kwargs.pop("seed", seed))
         loaded = _load(loader, spec, model_id)
-        tokenizer, self.eos_ids = loaded.tokenizer, engine_eos_ids(loaded.tokenizer, loaded.model)
+        tokenizer, self.eos_ids = loaded.tokenizer, sorted(eos_token_ids(loaded.tokenizer, loaded.model))
         self._export = tempfile.mkdtemp(prefix=f"drmas-vllm-{model_id}-")
         model = loaded.model.merge_and_unload() if hasattr(loaded.model, "merge_and_unload") else loaded.model
         model.save_pretrained(self._export)
