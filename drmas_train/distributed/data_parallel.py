@@ -49,11 +49,9 @@ def rank_forward(model: torch.nn.Module) -> dict[str, Any]:
     Returns:
         ``{}`` (DDP, plain module) or ``{"share_prompts": False}`` (an FSDP2 module).
     """
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # torch < 2.6: DDP only
-        return {}
-    return {"share_prompts": False} if isinstance(model, FSDPModule) else {}
+    from drmas_train.model.logprobs import is_fsdp2
+
+    return {"share_prompts": False} if is_fsdp2(model) else {}
 
 
 __all__ = ["rank_forward", "STRATEGIES", "resolve_strategy", "wrap_model", "unwrap_model", "dp_ppo_update"]

@@ -34,7 +34,7 @@ import torch
 from drmas_train.model.lm_head import chunked_token_logprobs
 
 __all__ = ["forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts",
-           "call_as_forward", "unwrap_ddp"]
+           "call_as_forward", "unwrap_ddp", "is_fsdp2"]
 
 
 def unwrap_ddp(model: Any) -> Any:
@@ -45,17 +45,20 @@ def unwrap_ddp(model: Any) -> Any:
     return model.module if isinstance(model, DistributedDataParallel) else model
 
 
+def is_fsdp2(model: Any) -> bool:
+    """Whether ``model`` is an FSDP2 module (``fully_shard``); False on a torch without FSDP2 (< 2.6)."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return False
+    return isinstance(model, FSDPModule)
+
+
 def _is_parallel_wrapper(model: Any) -> bool:
     """A DDP wrapper or an FSDP2 module (``fully_shard``): its forward hooks must run around the computation."""
     from torch.nn.parallel import DistributedDataParallel
 
-    if isinstance(model, DistributedDataParallel):
-        return True
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # torch < 2.6: no FSDP2
-        return False
-    return isinstance(model, FSDPModule)
+    return isinstance(model, DistributedDataParallel) or is_fsdp2(model)
 
 
 def call_as_forward(model: torch.nn.Module, fn: Callable[[], Any]) -> Any:
