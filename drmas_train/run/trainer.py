@@ -105,13 +105,12 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     val_tasks = None
     if cfg.eval.every > 0:
         spec = cfg.eval.data or cfg.env.data
-        # procedural sources: another seed gives held-out problems; files: the first eval.size rows of the file;
-        # no data at all: the env's own tasks (then not held out).
+        # eval.data: its first eval.size tasks. Else procedural env.data: 1,000 candidates from another seed (the
+        # training set's size does not apply), minus every training question; files / the env's own tasks: their
+        # first eval.size rows, which are then not held out (warned).
         key = "eval.data" if cfg.eval.data else "env.data"
-        # validation candidates: 1,000 tasks from another seed (env.data_options' size sizes only the training set)
         val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000, size=1000) if spec else tasks
-        if spec and not cfg.eval.data and is_procedural(spec):
-            # another seed of a small problem space repeats training problems: keep only unseen questions
+        if spec and not cfg.eval.data and is_procedural(spec):  # a small problem space repeats across seeds
             val_tasks = held_out_tasks(val_src, tasks, cfg.eval.size)
             logger.info("validation: %d held-out %s tasks (questions not in the %d training tasks)",
                         len(val_tasks), spec, len(tasks))  # fmt: skip
