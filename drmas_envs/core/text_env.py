@@ -81,7 +81,9 @@ class TextAECEnv(AECEnv):
     Args:
         tasks: where episodes draw their task from (``reset`` picks one, see :meth:`reset`).
         format_penalty: reward subtracted from an agent for each of its invalid calls (>= 0).
-        render_mode: ``None``, ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+        render_mode: ``None``, ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (the transcript is
+            printed as the env steps, PettingZoo's convention: the task at ``reset``, each call after its ``step``,
+            the returns when the episode ends; ``render()`` then prints only what was not shown yet).
 
     Raises:
         ValueError: unknown ``render_mode`` or negative ``format_penalty``.
@@ -105,6 +107,7 @@ class TextAECEnv(AECEnv):
     episode_returns: dict[str, float]  # whole-episode return per agent (never reset mid-episode)
     _outcome: Outcome | None  # set when the episode ends
     _truncated: bool  # the episode ended by a step limit
+    _shown: int  # transcript lines already printed in human render mode
 
     def __init__(
         self,
@@ -125,6 +128,7 @@ class TextAECEnv(AECEnv):
         self.render_mode = render_mode
         self.agents = []
         self._has_reset = False
+        self._shown = 0
         self._closed = False
         self._observation_space = observation_space(_MAX_TEXT)
         self._action_space = AnyText(_MAX_TEXT)
@@ -199,6 +203,9 @@ class TextAECEnv(AECEnv):
         self.infos = {a: self._base_info(a, valid=True) for a in self.agents}
         self.agent_selection = self._start_episode()
         self._has_reset = True
+        self._shown = 0
+        if self.render_mode == "human":
+            self._print_new_lines()
 
     def observe(self, agent: str) -> dict[str, Any]:
         """The chat context ``agent`` sees now: ``{"prompt": str, "messages": [system, user]}``."""
@@ -272,20 +279,28 @@ class TextAECEnv(AECEnv):
             self.episode_returns[a] += r
         if turn.next_agent is None:
             self._deads_step_first()
+        if self.render_mode == "human":
+            self._print_new_lines()
 
     def render(self) -> str | None:
         """The transcript (task, then each call with its agent and validity).
 
-        Returned with ``render_mode="ansi"``, printed to stdout with ``"human"``.
+        Returned with ``render_mode="ansi"``. With ``"human"`` the env already prints it while it steps; an explicit
+        call prints only the lines not shown yet (nothing, right after a step).
         """
         if self.render_mode is None:
             gymnasium.logger.warn("render() called without render_mode; make the env with render_mode='ansi'")
             return None
-        text = self._transcript()
         if self.render_mode == "human":
-            print(text)
+            self._print_new_lines()
             return None
-        return text
+        return self._transcript()
+
+    def _print_new_lines(self) -> None:
+        lines = self._transcript().split("\n")
+        if len(lines) > self._shown:
+            print("\n".join(lines[self._shown :]), flush=True)
+        self._shown = len(lines)
 
     def _transcript(self) -> str:
         if not self._has_reset:

@@ -27,6 +27,7 @@ from typing import Any
 
 from drmas_envs.core.episode import EpisodeRecord, episode_record
 from drmas_train.backends.base import TRUNCATION_MODES, Generation, SamplingParams, reports_tokens
+from drmas_train.collect.progress import TokenProgress
 from drmas_train.collect.sample_io import load_samples, save_samples
 from drmas_train.collect.samples import Sample
 from drmas_train.model.assignment import ModelPool
@@ -167,6 +168,7 @@ def rollout(
     max_prompt_tokens: int | None = None,
     truncation: str = "left",
     progress: bool = True,
+    label: str = "rollout",
 ) -> RolloutResult:
     """Play ``len(tasks) x group_size`` episodes in lock-step with one batched generate call per model per step.
 
@@ -183,8 +185,10 @@ def rollout(
         max_prompt_tokens: prompt length limit in tokens, or None; ``truncation`` (``"left"``, ``"middle"``,
             ``"error"``) says how longer prompts are cut (:func:`~drmas_train.backends.base.truncate_ids`).
             Response length is ``sampling.max_new_tokens``.
-        progress: show a tqdm bar of finished trajectories / total, and one of generated tokens that moves during
-            each batched call (backends that report tokens as they decode, :func:`~drmas_train.backends.base.reports_tokens`).
+        progress: show a tqdm bar of finished episodes / total, and, during each batched call, one of generated
+            tokens whose total is the call's remaining allowance (:class:`~drmas_train.collect.progress.TokenProgress`;
+            backends that report tokens as they decode, :func:`~drmas_train.backends.base.reports_tokens`).
+        label: what the bars call this rollout (``"rollout"``, ``"validation"``, ``"eval"``).
 
     Returns:
         :class:`RolloutResult` (samples ordered by trajectory, then turn; trajectories in task, then group
@@ -216,22 +220,20 @@ def rollout(
         trajectories.append(_finish(slot, samples, start))
         bar.update(1)
 
-    bar = tqdm(total=len(slots), desc="rollout", unit="traj", disable=not progress, leave=False)
-    # tokens as they are decoded: the trajectory bar cannot move during a lock-step call that lasts minutes
-    streams = any(reports_tokens(b) for b in pool.backends.values())
-    token_bar = tqdm(desc="generate", unit="tok", leave=False) if progress and streams else None
+    # episodes finish together in the last lock-step steps: this bar shows where the rollout is, the per-call token
+    # bar (below) how far the running call is
+    bar = tqdm(total=len(slots), desc=f"{label}: episodes done", unit="ep", disable=not progress, leave=False,
+               bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}]")  # fmt: skip
     try:
         for slot in slots:
             if slot.done:  # an episode that ended at reset (no call at all)
                 finish(slot)
         while any(not s.done for s in slots):
             timing["steps"] += 1
-            on_tokens = (lambda rows, tokens: token_bar.update(len(tokens))) if token_bar is not None else None
-            _lockstep(slots, pool, sampling, seeds, generate_kwargs, timing, finish, on_tokens=on_tokens)
+            bar_label = f"{label} · step {timing['steps']}" if progress else None
+            _lockstep(slots, pool, sampling, seeds, generate_kwargs, timing, finish, bar_label=bar_label)
     finally:
         bar.close()
-        if token_bar is not None:
-            token_bar.close()
     timing["total"] = time.perf_counter() - start
     order = {s.traj_uid: k for k, s in enumerate(slots)}
     samples.sort(key=lambda s: (order[s.traj_uid], s.turn))
@@ -270,11 +272,12 @@ def _lockstep(
     generate_kwargs: dict[str, Any],
     timing: dict[str, float],
     finish: Callable[[_Slot], None],
-    on_tokens: Callable[[list[int], list[int]], None] | None = None,
+    bar_label: str | None = None,
 ) -> None:
     """One lock-step iteration: every live env's pending call, one batched generate call per model.
 
-    ``on_tokens(rows, tokens)`` is passed to backends that report tokens as they decode (progress only).
+    ``bar_label``: show a :class:`~drmas_train.collect.progress.TokenProgress` bar so labelled during each call of a
+    backend that reports tokens as it decodes (None: no bar).
     """
     t_env = time.perf_counter()
     by_model: dict[str, list[tuple[_Slot, dict[str, Any]]]] = defaultdict(list)
@@ -287,12 +290,19 @@ def _lockstep(
     for model_id, calls in by_model.items():
         backend = pool.backends[model_id]
         kwargs = dict(generate_kwargs)
-        if on_tokens is not None and reports_tokens(backend):
-            kwargs["on_tokens"] = on_tokens
+        bar = None
+        if bar_label is not None and reports_tokens(backend):
+            bar = TokenProgress(len(calls), sampling.max_new_tokens, desc=f"{bar_label} · {model_id} · {len(calls)} calls")
+        if bar is not None:
+            kwargs["on_tokens"] = bar
         t_gen = time.perf_counter()
-        gens: list[Generation] = backend.generate(
-            [list(obs["messages"]) for _, obs in calls], sampling.replace(seed=seeds.getrandbits(63)), **kwargs
-        )
+        try:
+            gens: list[Generation] = backend.generate(
+                [list(obs["messages"]) for _, obs in calls], sampling.replace(seed=seeds.getrandbits(63)), **kwargs
+            )
+        finally:
+            if bar is not None:
+                bar.close()
         timing["generate"] += time.perf_counter() - t_gen
         timing["generate_calls"] += 1
 

@@ -1,1 +1,17 @@
 """One module per ``drmas`` subcommand, each exposing ``main(argv) -> int``."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["HelpFormatter"]
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every subcommand's ``--help``: each option's default after its help text (flags and options without a
+    default excepted), descriptions and epilogs printed as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default == []:
+            return action.help  # nothing worth saying: unset, an off flag, or an empty repeatable list
+        return super()._get_help_string(action)

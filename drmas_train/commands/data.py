@@ -14,22 +14,23 @@ from __future__ import annotations
 import argparse
 import sys
 
+from drmas_train.commands import HelpFormatter
 from drmas_train.run.data_prep import DataPrepError, find_input, get_recipe, prepare, verify
 from drmas_train.run.data_recipes import RECIPES
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="drmas data", description="Build the Dr. MAS reference's data sets from downloaded files.",
-                                epilog=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                                epilog=__doc__.split("\n\n")[1], formatter_class=HelpFormatter)  # fmt: skip
     sub = p.add_subparsers(dest="action", required=True)
-    ls = sub.add_parser("list", help="list the recipes and the raw files each needs")
-    ls.add_argument("--raw", default="data/raw", help="raw directory to check for the files (default data/raw)")
-    prep = sub.add_parser("prepare", help="build a recipe's files and MANIFEST.json")
+    ls = sub.add_parser("list", formatter_class=HelpFormatter, help="list the recipes and the raw files each needs")
+    ls.add_argument("--raw", default="data/raw", help="raw directory to check for the files")
+    prep = sub.add_parser("prepare", formatter_class=HelpFormatter, help="build a recipe's files and MANIFEST.json")
     prep.add_argument("recipe", help=f"one of {sorted(RECIPES)}")
-    prep.add_argument("--raw", default="data/raw", help="directory holding the downloaded files (default data/raw)")
+    prep.add_argument("--raw", default="data/raw", help="directory holding the downloaded files")
     prep.add_argument("--out", default=None, help="output directory (default data/<recipe>)")
     prep.add_argument("--force", action="store_true", help="replace the outputs of an earlier run")
-    ver = sub.add_parser("verify", help="re-hash a prepared directory against its MANIFEST.json")
+    ver = sub.add_parser("verify", formatter_class=HelpFormatter, help="re-hash a prepared directory against its MANIFEST.json")
     ver.add_argument("dir", help="a directory written by 'drmas data prepare'")
     ver.add_argument("--outputs-only", action="store_true", help="do not re-hash the recorded raw inputs")
     return p

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from drmas_train.commands import HelpFormatter
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``drmas envs``."""
+    parser = argparse.ArgumentParser(prog="drmas envs", description="List the registered drmas environments.",
+                                     formatter_class=HelpFormatter)  # fmt: skip
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print entry points and default kwargs")
+    return parser
+
 
 def main(argv: list[str]) -> int:
     """Print every registered env id grouped by namespace (``--verbose``: entry points and default kwargs too)."""
-    parser = argparse.ArgumentParser(prog="drmas envs", description="List the registered drmas environments.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="also print entry points and default kwargs")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     import drmas_envs
 
     if args.verbose:

@@ -19,6 +19,8 @@ import json
 import sys
 from typing import Any
 
+from drmas_train.commands import HelpFormatter
+
 __all__ = ["main", "build_parser", "config_from_args"]
 
 
@@ -34,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="drmas eval",
         description="Evaluate a policy (scripted baseline or LLM agents) on env ids x data sources: avg@k, pass@k.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--env", dest="envs", action="append", required=True, metavar="ENV_ID",
                    help="env id name-vN (repeat for several)")
@@ -42,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="task source: file path, reasoning_gym:<name>, hf:<id>; repeat; default: the env's own tasks")
     p.add_argument("--limit", type=int, default=None, help="first N tasks of each source")
     p.add_argument("--k", type=int, default=16, help="samples per task")
-    p.add_argument("--policy", default="oracle", choices=["oracle", "random", "no-search", "llm"])
+    p.add_argument("--policy", default="oracle", choices=["oracle", "random", "no-search", "llm"],
+                   help="who plays: a scripted baseline, or llm (--model / --agent-model)")
     p.add_argument("--model", default=None, help="model for every agent (policy llm): a name, path or HF id")
     p.add_argument("--agent-model", action="append", default=[], type=_key_value, metavar="AGENT=MODEL",
                    help="per-agent model (policy llm); repeat")
@@ -51,13 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="LLM backend (policy llm): local hf/vllm, or openai = an OpenAI-compatible server at --base-url",
     )
     p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--top-k", type=int, default=-1, help="-1 = off")
-    p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--max-prompt-tokens", type=int, default=None)
-    p.add_argument("--truncation", default="left", choices=["left", "middle", "error"])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy); the reference evaluates at 0.6")
+    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass in (0, 1]")
+    p.add_argument("--top-k", type=int, default=-1, help="top-k sampling (-1 = off)")
+    p.add_argument("--max-new-tokens", type=int, default=1024, help="response length limit per agent call, in tokens")
+    p.add_argument("--max-prompt-tokens", type=int, default=None,
+                   help="prompt length limit per agent call, in tokens (default: none); longer prompts are cut as --truncation says")
+    p.add_argument("--truncation", default="left", choices=["left", "middle", "error"],
+                   help="how a prompt over --max-prompt-tokens is cut: drop its start, its middle, or refuse")
+    p.add_argument("--seed", type=int, default=0, help="seeds sampling and env resets (a run is reproducible)")
     p.add_argument("--batch-tasks", type=int, default=8, help="tasks per lock-step rollout batch (policy llm)")
     p.add_argument("--env-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
                    help="extra env argument, value parsed as JSON when possible (e.g. max_loops=3)")

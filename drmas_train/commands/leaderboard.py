@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from drmas_train.commands import HelpFormatter
+
 __all__ = ["main", "build_parser", "expand_dirs"]
 
 
@@ -20,9 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="drmas leaderboard",
         description="Aggregate 'drmas eval' results into ranked tables per suite (Markdown, HTML, PNG).",
+        formatter_class=HelpFormatter,
     )
     p.add_argument("results", nargs="+", metavar="RESULTS_DIR", help="run directories (or parents of run dirs)")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="output directory (its earlier leaderboard files are replaced)")
     p.add_argument("--title", default="drmas leaderboard", help="page title")
     p.add_argument("--no-png", action="store_true", help="skip the matplotlib bar charts")
     return p

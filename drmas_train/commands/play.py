@@ -23,6 +23,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from drmas_train.commands import HelpFormatter
+
 __all__ = ["main", "build_parser", "play_episode"]
 
 POLICIES = ("oracle", "random", "no-search", "human", "llm")
@@ -34,7 +36,7 @@ Actor = Callable[[Any, str, Any], str]
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``drmas play``."""
     p = argparse.ArgumentParser(prog="drmas play", description="Play one episode of an env; print its transcript.",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+                                formatter_class=HelpFormatter)  # fmt: skip
     p.add_argument("--env", required=True, metavar="ENV_ID", help="env id name-vN (drmas envs lists them)")
     p.add_argument("--policy", default="oracle", choices=POLICIES, help="policy of every agent")
     p.add_argument("--agent-policy", action="append", default=[], metavar="AGENT=POLICY",
@@ -42,11 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="model of the llm policy: a name, path or HF id (openai: served name)")
     p.add_argument("--backend", default="hf", choices=["hf", "vllm", "openai"], help="backend of the llm policy")
     p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the llm policy (0 = greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="response length limit per agent call, in tokens")
     p.add_argument("--data", default=None, help="task source (math envs): file path, reasoning_gym:<name>, hf:<id>")
     p.add_argument("--task-index", type=int, default=None, help="task to play (default: drawn from --seed)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds the task draw, scripted policies and sampling")
     p.add_argument("--show-prompts", action="store_true", help="print each agent's prompt before its action")
     return p
 
@@ -75,9 +77,9 @@ def _scripted(name: str, seed: int) -> Actor:
 def _llm(args: argparse.Namespace) -> Actor:
     from drmas_train.eval.policies import LLMPolicy
 
-    policy = LLMPolicy.from_model(args.model, backend=args.backend, base_url=args.base_url,
+    policy = LLMPolicy.from_model(args.model, backend=args.backend, base_url=args.base_url, progress=True,
                                   temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
-    return lambda env, agent, observation: policy(observation)
+    return lambda env, agent, observation: policy(observation, desc=f"{agent}: generating")
 
 
 def play_episode(env: Any, actors: dict[str, Actor], *, seed: int, task_index: int | None = None,

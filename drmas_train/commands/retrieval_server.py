@@ -12,19 +12,22 @@ from __future__ import annotations
 import argparse
 
 from drmas_envs.search.retrievers import RETRIEVERS
+from drmas_train.commands import HelpFormatter
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="drmas retrieval-server", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="drmas retrieval-server", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--corpus", default="synthetic",
                    help="'synthetic' (default encyclopedia), a wiki-18 JSONL {id, contents}, or a HotpotQA file")
     p.add_argument("--retriever", default="bm25", choices=sorted(set(RETRIEVERS) - {"http"}), help="index type")
     p.add_argument("--model", default=None, help="dense: sentence-transformers dir or id (default: offline all-MiniLM-L6-v2)")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback only by default)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port")
     p.add_argument("--topk", type=int, default=3, help="results per query when a request gives no topk")
     p.add_argument("--cache-dir", default=None, help="index cache root (default $DRMAS_CACHE_DIR or ~/.cache/drmas)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn log level")
     return p
 
 

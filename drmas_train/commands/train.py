@@ -3,11 +3,13 @@
 Without ``--config`` the bundled ``quickstart_math`` preset runs (SmolLM2-135M-Instruct as Solver and Verifier
 on reasoning-gym gsm_symbolic, Dr. MAS advantages; minutes on a laptop CPU, offline).
 
-Exit codes: 0 done; 2 a user mistake (bad config key or value, missing ``env.data`` file, unknown ``env.id``, env
-kwargs of another env, ``--resume`` without a checkpoint, ``run.dir`` holding an earlier run), one message on
-stderr and no traceback, before any model loads; 130 interrupted by Ctrl-C (after saving a checkpoint).
-A run directory that holds an earlier run is never truncated: continue it with ``--resume``, choose another
-``run.dir=...``, or delete its results with ``--overwrite``.
+Exit codes: 0 done (also ``--resume`` of a run that already reached ``run.iterations``: it says so and writes
+nothing); 2 a user mistake (bad config key or value, missing ``env.data`` file, unknown ``env.id``, env kwargs of
+another env, a model name that does not resolve, ``--resume`` without a checkpoint, ``run.dir`` holding an earlier
+run), one message on stderr and no traceback, with nothing written; 130 interrupted by Ctrl-C (after saving a
+checkpoint). A run directory that holds an earlier run is never truncated: continue it with ``--resume``, choose
+another ``run.dir=...``, or delete the whole earlier run with ``--overwrite`` (done only once everything is
+validated and the models are loaded).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import logging
 import sys
 
+from drmas_train.commands import HelpFormatter
 from drmas_train.run.config import DEFAULT_PRESET, ConfigError, list_presets, load_config, to_yaml
 
 
@@ -25,13 +28,15 @@ def _parser() -> argparse.ArgumentParser:
         description="Train a multi-agent LLM system with GRPO / Dr. MAS advantages.",
         epilog="examples:\n  drmas train\n  drmas train --config grpo_math_qwen3_4b rollout.group_size=4\n"
         "  drmas train --config my.yaml env.data=../shared/data/gsm8k_test.jsonl --resume",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
-    p.add_argument("--config", "-c", default=None, help=f"preset name or YAML path (default: {DEFAULT_PRESET})")
+    p.add_argument("--config", "-c", default=None, help=f"preset name or YAML path (default: {DEFAULT_PRESET}; --list-presets lists them)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides, e.g. run.iterations=2")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in run.dir")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the latest checkpoint in run.dir (a run that reached run.iterations: nothing to do)")
     p.add_argument("--overwrite", action="store_true",
-                   help="delete the results of an earlier run in run.dir and start again (default: refuse)")
+                   help="delete the earlier run in run.dir and start again, once the config is validated and the "
+                        "models are loaded (default: refuse)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--list-presets", action="store_true", help="list the bundled presets and exit")
     return p
@@ -52,6 +57,7 @@ def main(argv: list[str]) -> int:
         print(to_yaml(cfg))
         return 0
     from drmas_train.distributed.cluster import DistributedError
+    from drmas_train.run.run_dir import RunFinished
     from drmas_train.run.trainer import train
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # other libraries: warnings only
@@ -62,13 +68,19 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"drmas train: {err}", file=sys.stderr)
         return 2
+    except RunFinished as done:  # --resume of a finished run: a no-op, nothing loaded or written
+        print(f"drmas train: {done}")
+        return 0
     except DistributedError as err:  # a worker group failed for good: the message names the model and what to do
         print(f"drmas train: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("drmas train: interrupted", file=sys.stderr)
         return 130
-    print(f"done in {summary['wall_time_s']:.0f}s; run dir {summary['run_dir']}")
+    took = f"done in {summary['process_wall_time_s']:.0f}s"
+    if summary["wall_time_s"] - summary["process_wall_time_s"] >= 1:  # a resumed run: say what the whole run took
+        took += f" (the whole run, resumes included: {summary['wall_time_s']:.0f}s)"
+    print(f"{took}; run dir {summary['run_dir']}")
     if summary["plot"]:
         print(f"plot: {summary['plot']}")
     if summary["checkpoint"]:

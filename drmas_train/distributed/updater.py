@@ -196,8 +196,10 @@ class RayUpdater:
             raise DistributedError(f"{err}; {where}") from err
         return {f"loss/{model_id}/{k}": v for k, v in out.items()}
 
-    def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int) -> Path:
-        """Atomic checkpoint: every rank's sharded model + optimizer, and the HF weights written by rank 0."""
+    def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int,
+             extra: dict[str, Any] | None = None) -> Path:
+        """Atomic checkpoint: every rank's sharded model + optimizer, and the HF weights written by rank 0
+        (``extra``: the trainer's own state, as :func:`drmas_train.run.checkpoint.save_checkpoint`)."""
         from drmas_train.run.checkpoint import save_checkpoint
 
         def write_sharded(tmp: Path) -> None:
@@ -206,7 +208,8 @@ class RayUpdater:
                 group.save_hf(tmp / "models" / mid)
 
         self.last_checkpoint = save_checkpoint(ckpt_root, iteration, models={}, optimizers={}, sampler_state=sampler_state,
-                                               config_yaml=config_yaml, keep=keep, write_extra=write_sharded)  # fmt: skip
+                                               config_yaml=config_yaml, keep=keep, extra=extra,
+                                               write_extra=write_sharded)  # fmt: skip
         return self.last_checkpoint
 
     def load(self, path: Path) -> dict[str, Any]:

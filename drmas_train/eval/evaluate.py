@@ -299,7 +299,7 @@ class _ScriptedPlayer:
     def agent_models(self, target: _Target) -> dict[str, str]:
         return dict.fromkeys(target.agents, self.config.policy)
 
-    def play(self, target: _Target, task_indices: range, batch_index: int) -> list[_Played]:
+    def play(self, target: _Target, task_indices: range, batch_index: int, *, progress: bool = False) -> list[_Played]:
         if self._env is None or self._env[0] is not target:
             self.close()
             self._env = (target, target.make_env(self.config))
@@ -343,7 +343,7 @@ class _LLMPlayer:
         ids = self.pool(target).agent_model_ids
         return {a: ids.get(a, "") for a in target.agents}
 
-    def play(self, target: _Target, task_indices: range, batch_index: int) -> list[_Played]:
+    def play(self, target: _Target, task_indices: range, batch_index: int, *, progress: bool = False) -> list[_Played]:
         from drmas_train.collect.rollout import rollout
 
         config, envs = self.config, []
@@ -356,7 +356,7 @@ class _LLMPlayer:
         try:
             result = rollout(env_fn, [target.tasks[i] for i in task_indices], config.k, self.pool(target), self.sampling,
                              seed=seed, max_prompt_tokens=config.max_prompt_tokens, truncation=config.truncation,
-                             progress=False)  # fmt: skip
+                             progress=progress, label=f"eval batch {batch_index + 1}")  # fmt: skip
         finally:
             for env in envs:
                 env.close()
@@ -393,13 +393,14 @@ def _play(config: EvalConfig, run_id: str, progress: bool) -> list[dict[str, Any
     targets = _targets(config)
     rows: list[dict[str, Any]] = []
     total = sum(t.num_tasks for t in targets) * config.k
-    bar = tqdm(total=total, disable=not progress, desc=f"eval {config.display_label()}", unit="ep", dynamic_ncols=True)
+    bar = tqdm(total=total, disable=not progress, desc=f"eval {config.display_label()}: episodes done", unit="ep",
+               dynamic_ncols=True)  # fmt: skip
     try:
         for target in targets:
             agent_models = player.agent_models(target)
             for b, start in enumerate(range(0, target.num_tasks, config.batch_tasks)):
                 batch = range(start, min(start + config.batch_tasks, target.num_tasks))
-                for played in player.play(target, batch, b):
+                for played in player.play(target, batch, b, progress=progress):
                     rows.append(
                         episode_row(
                             run_id=run_id,

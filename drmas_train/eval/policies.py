@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from drmas_train.backends.base import Backend, Messages, SamplingParams
+from drmas_train.backends.base import Backend, Messages, SamplingParams, reports_tokens
+from drmas_train.collect.progress import TokenProgress
 
 __all__ = ["LLMPolicy"]
 
@@ -43,14 +44,17 @@ class LLMPolicy:
     Args:
         backend: any :class:`~drmas_train.backends.base.Backend`.
         sampling: sampling parameters (``n`` is forced to 1).
+        progress: show a bar of generated tokens during each call (backends that report tokens as they decode;
+            :class:`~drmas_train.collect.progress.TokenProgress`).
 
     Attributes:
         last_generations: the :class:`Generation` s of the latest call (token ids, log-probs, finish reason).
     """
 
-    def __init__(self, backend: Backend, sampling: SamplingParams | None = None) -> None:
+    def __init__(self, backend: Backend, sampling: SamplingParams | None = None, *, progress: bool = False) -> None:
         self.backend = backend
         self.sampling = (sampling or SamplingParams()).replace(n=1)
+        self.progress = progress
         self.last_generations: list[Any] = []
 
     @classmethod
@@ -61,6 +65,7 @@ class LLMPolicy:
         backend: str = "hf",
         base_url: str | None = None,
         backend_kwargs: Mapping[str, Any] | None = None,
+        progress: bool = False,
         **sampling: Any,
     ) -> LLMPolicy:
         """A policy over a model served by ``backend``.
@@ -74,6 +79,7 @@ class LLMPolicy:
             base_url: the server's ``/v1`` URL (``openai`` only; required there), e.g. ``http://127.0.0.1:8000/v1``.
             backend_kwargs: more keyword arguments of the backend class (:class:`~drmas_train.backends.hf.HFBackend`,
                 :class:`~drmas_train.backends.vllm.VLLMBackend`, :class:`~drmas_train.backends.openai.OpenAIBackend`).
+            progress: a bar of generated tokens during each call (see the class).
             sampling: :class:`SamplingParams` fields (e.g. ``temperature=0.7, max_new_tokens=256``).
 
         Raises:
@@ -89,20 +95,24 @@ class LLMPolicy:
                 raise ValueError("backend='openai' needs base_url, the server's /v1 URL (e.g. http://127.0.0.1:8000/v1)")
             from drmas_train.backends.openai import OpenAIBackend
 
-            return cls(OpenAIBackend(base_url, name_or_path, **kwargs), params)
+            return cls(OpenAIBackend(base_url, name_or_path, **kwargs), params, progress=progress)
         if base_url is not None:
             raise ValueError(f"base_url is only for backend='openai', got backend={backend!r}")
         from drmas_train.model.assignment import make_backend
         from drmas_train.model.models import load_model
 
-        return cls(make_backend(load_model(name_or_path), backend, **kwargs), params)
+        return cls(make_backend(load_model(name_or_path), backend, **kwargs), params, progress=progress)
 
-    def __call__(self, observation: Any) -> str:
-        """The action text for one observation."""
-        return self.batch([observation])[0]
+    def __call__(self, observation: Any, *, desc: str = "generate") -> str:
+        """The action text for one observation (``desc`` labels the progress bar)."""
+        return self.batch([observation], desc=desc)[0]
 
-    def batch(self, observations: Sequence[Any]) -> list[str]:
-        """Action texts for several observations in one batched generate call."""
+    def batch(self, observations: Sequence[Any], *, desc: str = "generate") -> list[str]:
+        """Action texts for several observations in one batched generate call (``desc`` labels the progress bar)."""
         prompts: list[Messages] = [_messages(o) for o in observations]
-        self.last_generations = self.backend.generate(prompts, self.sampling)
+        if not (self.progress and reports_tokens(self.backend)):
+            self.last_generations = self.backend.generate(prompts, self.sampling)
+        else:
+            with TokenProgress(len(prompts), self.sampling.max_new_tokens, desc=desc) as bar:
+                self.last_generations = self.backend.generate(prompts, self.sampling, on_tokens=bar)
         return [g.text for g in self.last_generations]

@@ -35,6 +35,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "latest_checkpoint",
+    "checkpoint_iteration",
     "remove_partial_checkpoints",
     "rng_state",
     "set_rng_state",
@@ -159,6 +160,18 @@ def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
     """The most recent complete checkpoint directory under ``ckpt_root`` (None when there is none)."""
     found = _complete(Path(ckpt_root))
     return found[-1] if found else None
+
+
+def checkpoint_iteration(path: str | Path) -> int:
+    """The iteration a checkpoint directory holds, from its name ``iter_<N>``.
+
+    Raises:
+        ValueError: ``path`` is not named ``iter_<N>`` (at least 6 digits).
+    """
+    match = _NAME.match(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path} is not a checkpoint directory (expected a name like iter_000008)")
+    return int(match.group(1))
 
 
 def load_weights(model: Any, folder: str | Path) -> None:

@@ -227,6 +227,8 @@ class ValidationConfig:
 class RunConfig:
     """Iterations, outputs and bookkeeping."""
 
+    name: str | None = None
+    """the run's name in plot titles and logs; null = the preset name or YAML file stem it was loaded from."""
     iterations: int = 10
     """training iterations (one rollout + update each)."""
     dir: str = "runs/drmas"
@@ -404,10 +406,28 @@ def load_config(config: str | None = None, overrides: list[str] | tuple[str, ...
         merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
-        raise ConfigError(f"invalid config: {err}") from err
+        raise ConfigError(omegaconf_message(err)) from None
     assert isinstance(cfg, TrainConfig)
+    if cfg.run.name is None:
+        cfg.run.name = Path(config or DEFAULT_PRESET).name.removesuffix(".yaml")
     validate_config(cfg)
     return cfg
+
+
+def omegaconf_message(err: OmegaConfBaseException) -> str:
+    """One line for an OmegaConf key or type error: the dotted key, what was wrong, the closest valid key and the
+    section's valid keys (OmegaConf's own message adds its internals, ``full_key`` / ``object_type``, on more lines)."""
+    what = str(getattr(err, "msg", None) or err).splitlines()[0].strip()
+    key = getattr(err, "full_key", None)
+    section = getattr(err, "object_type", None)
+    if not key:
+        return f"invalid config: {what}"
+    valid = [f.name for f in dataclasses.fields(section)] if dataclasses.is_dataclass(section) else []
+    parent = key.rpartition(".")[0] or "the top level"
+    if "not in" in what:  # an unknown key: the suggestion OmegaConf found, then every key of that section
+        hint = what.partition(". ")[2]
+        return f"unknown config key {key!r}.{' ' + hint if hint else ''} Valid keys of {parent}: {', '.join(valid)}"
+    return f"invalid config value for {key!r}: {what}"
 
 
 def _check(ok: bool, msg: str) -> None:

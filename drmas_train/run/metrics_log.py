@@ -113,12 +113,14 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [by_iter[k] for k in sorted(by_iter)]
 
 
-def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
+def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None = None) -> Path:
     """PNG with three panels over iterations: accuracy (train ``rollout/accuracy`` and validation ``val/avg@k``),
     reward mean per agent, and pre-clip grad norm per model.
 
     Validation points exist only at the iterations where it ran; they are drawn as markers joined by a line, with
-    their standard error over tasks (``val/avg@k_stderr``) as error bars.
+    their standard error over tasks (``val/avg@k_stderr``) as error bars. The latest paired held-out gain over
+    iteration 0 (``val/avg@k_gain`` ± ``val/avg@k_gain_stderr``, the run's headline figure) is written in the
+    accuracy panel, and ``title`` (e.g. preset, estimator and model) above the panels.
 
     Raises:
         ValueError: the file holds no rows.
@@ -133,10 +135,13 @@ def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
         raise ValueError(f"{metrics_path} holds no metrics rows")
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     stderr: dict[str, dict[int, float]] = defaultdict(dict)  # val/avg@k -> iteration -> standard error
+    gain: tuple[str, int, float, float] | None = None  # the latest (val key, iteration, gain, its stderr)
     for row in rows:
         for k, v in row.items():
             if v is None:
                 continue
+            if k.startswith("val/avg@") and k.endswith("_gain") and row.get(k + "_stderr") is not None:
+                gain = (k.removesuffix("_gain"), row["iteration"], v, row[k + "_stderr"])
             if (k.startswith("reward/") and k.endswith("/mean") or k.endswith("/grad_norm")
                     or k == "rollout/accuracy" or k.startswith("val/avg@") and "_" not in k):  # fmt: skip
                 series[k].append((row["iteration"], v))
@@ -156,12 +161,18 @@ def plot_run(metrics_path: str | Path, out_png: str | Path) -> Path:
             ax = ax_r if k.startswith("reward/") else ax_g
             ax.plot(xs, ys, marker="o", label=k.split("/")[1])
     ax_a.set(title="accuracy", xlabel="iteration", ylabel="share of trajectories won", ylim=(-0.02, 1.02))
+    if gain is not None:
+        key, at, value, se = gain
+        ax_a.text(0.02, 0.97, f"held-out {key.split('/')[1]} gain, iteration 0 -> {at}:\n{value:+.3f} ± {se:.3f} (paired SE)",
+                  transform=ax_a.transAxes, va="top", fontsize=9, bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
     ax_r.set(title="reward per agent (mean)", xlabel="iteration", ylabel="reward")
     ax_g.set(title="pre-clip grad norm per model", xlabel="iteration", ylabel="L2 norm")
     for ax in (ax_a, ax_r, ax_g):
         if ax.lines:
             ax.legend()
         ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     out = Path(out_png)
     fig.savefig(out, dpi=100)

@@ -12,10 +12,10 @@ import os
 
 import torch
 
-__all__ = ["available_cores", "configure_threads", "oversubscription"]
+__all__ = ["available_cores", "busy_cores", "configure_threads", "oversubscription"]
 
 _log = logging.getLogger(__name__)
-_warned = False
+_warned = False  # the oversubscription check ran (once per process)
 
 
 def available_cores() -> int:
@@ -29,22 +29,36 @@ def available_cores() -> int:
 def oversubscription(num_threads: int, cores: int, load: float) -> str | None:
     """A warning text when ``num_threads`` more threads would oversubscribe ``cores``, else None.
 
-    Rule: the runnable load already on the machine (1-minute load average, measured before this run starts its
-    work) plus the threads we add exceeds the cores by more than one thread's worth: ``load + num_threads >
-    cores + 1``. A dedicated machine has a load well under 1; another busy torch process on the same cores adds
-    its thread count.
+    Rule: the cores other processes keep busy now (:func:`busy_cores`, measured before this run starts its work)
+    plus the threads we add exceed the cores by more than one thread's worth: ``load + num_threads > cores + 1``.
+    A dedicated machine has well under 1 busy core; another busy torch process on the same cores adds its thread
+    count.
 
     Args:
-        num_threads: threads this process will run. cores: cores available to it. load: others' runnable load.
+        num_threads: threads this process will run. cores: cores available to it. load: cores others keep busy.
     """
     if load + num_threads <= cores + 1:
         return None
     return (
-        f"the machine looks oversubscribed: load average {load:.1f} from other processes + {num_threads} torch "
+        f"the machine looks oversubscribed: {load:.1f} cores kept busy by other processes + {num_threads} torch "
         f"threads here > {cores} available cores; torch threads then wait on each other and a run can be many "
         f"times slower. Stop the other jobs, or give each process its own cores (taskset) and set "
         f"run.num_threads accordingly."
     )
+
+
+def busy_cores(interval_s: float = 0.25) -> float:
+    """Cores that other processes keep busy right now: the utilisation of the cores this process may run on,
+    measured over ``interval_s`` seconds while this process sleeps (``psutil.cpu_percent(percpu=True)``), in cores
+    (0 .. :func:`available_cores`).
+
+    Unlike the 1-minute load average, a process that finished a few seconds ago no longer counts.
+    """
+    import psutil
+
+    per_cpu = psutil.cpu_percent(interval=interval_s, percpu=True)
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(len(per_cpu))
+    return sum(per_cpu[i] for i in mine if i < len(per_cpu)) / 100.0
 
 
 def _omp_threads() -> int | None:
@@ -58,7 +72,7 @@ def configure_threads(requested: int = 0, *, load: float | None = None) -> int:
     Args:
         requested: threads to use; 0 = ``OMP_NUM_THREADS`` when the environment sets it (an explicit request),
             else :func:`available_cores`.
-        load: the other processes' load (default: ``os.getloadavg()[0]``; tests pass their own).
+        load: the cores other processes keep busy (default: :func:`busy_cores`, measured now; tests pass their own).
 
     Returns:
         the number of threads set.
@@ -72,10 +86,10 @@ def configure_threads(requested: int = 0, *, load: float | None = None) -> int:
     cores = available_cores()
     threads = requested or _omp_threads() or cores
     torch.set_num_threads(threads)
-    if load is None:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    message = oversubscription(threads, cores, load)
-    if message and not _warned:
-        _warned = True
+    if _warned:  # checked once per process (measuring takes a quarter of a second)
+        return threads
+    _warned = True
+    message = oversubscription(threads, cores, busy_cores() if load is None else load)
+    if message:
         _log.warning(message)
     return threads

@@ -41,6 +41,12 @@ class RunState:
     logger: Any  # MetricsLogger
     start_iteration: int = 0
     updater: Any = None  # LocalUpdater (default) or distributed.RayUpdater: .update / .save / .load / .close
+    elapsed_before: float = 0.0  # seconds the earlier processes of this run spent (from the checkpoint resumed)
+    started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
+
+    def elapsed(self) -> float:
+        """Wall-clock seconds of the whole run so far: earlier processes (up to the checkpoint resumed) + this one."""
+        return self.elapsed_before + time.perf_counter() - self.started
 
 
 def model_specs(cfg: TrainConfig) -> dict[str, Any]:
@@ -70,28 +76,34 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     tests and embedding code supply their own models. ``overwrite``: delete the results of an earlier run in
     ``run.dir`` instead of refusing it (:mod:`drmas_train.run.run_dir`).
 
+    Nothing is written to ``run.dir`` until everything is validated and the models are loaded: a refused or failed
+    start changes nothing on disk (:mod:`drmas_train.run.run_dir`: planned first, applied after the models load).
+
     Raises:
         ConfigError: raised before any model loads: ``run.dir`` holds an earlier run (without ``resume`` or
-            ``overwrite``), ``resume`` without a checkpoint in ``run.dir``, a prepared task file named by the config is missing, ``env.data`` / ``env.id`` /
-            ``env.kwargs`` the env cannot take, or env agents that do not match ``cfg.agents``.
+            ``overwrite``), ``resume`` without a checkpoint in ``run.dir``, a prepared task file named by the config
+            is missing, ``env.data`` / ``env.id`` / ``env.kwargs`` the env cannot take, or env agents that do not
+            match ``cfg.agents``; and, while loading, a model name or path that does not resolve
+            (``models.<key>.name_or_path``).
+        RunFinished: ``resume`` of a run whose latest checkpoint reached ``run.iterations`` (nothing loaded or written).
     """
     import drmas_envs
     from drmas_train.algorithm.optim import build_optimizer
     from drmas_train.collect.task_sampler import TaskSampler
     from drmas_train.model.assignment import build_models, make_backend
+    from drmas_train.model.models import ModelNotFoundError
     from drmas_train.run.data_prep import require_task_files
     from drmas_train.run.env_setup import held_out_tasks, is_procedural, load_env_tasks, make_probe_env
     from drmas_train.run.metrics_log import MetricsLogger
-    from drmas_train.run.run_dir import prepare_run_dir
+    from drmas_train.run.run_dir import plan_run_dir
     from drmas_train.run.threads import configure_threads
     from drmas_train.run.updater import LocalUpdater
 
-    configure_threads(cfg.run.num_threads)  # 0 = the cores available; warns once if others already load them
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run.dir)
-    resume_ckpt = prepare_run_dir(run_dir, resume=resume, overwrite=overwrite)  # refusals before anything loads
+    plan = plan_run_dir(run_dir, resume=resume, overwrite=overwrite, iterations=cfg.run.iterations)  # reads only
     require_task_files(cfg)  # a missing prepared file names the `drmas data prepare` command that writes it
     tasks = load_env_tasks(cfg)
     env_kwargs = dict(cfg.env.kwargs) | ({"data": tasks} if tasks is not None else {})
@@ -102,7 +114,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     probe = make_probe_env(cfg, env_fn)
     validate_config(cfg, list(probe.possible_agents))  # before any model loads
     tasks = probe.tasks if tasks is None else tasks
-    val_tasks = None
+    val_tasks, notes = None, []  # notes: (level, message) logged once the run starts (a refused one prints only its error)
     if cfg.eval.every > 0:
         spec = cfg.eval.data or cfg.env.data
         # eval.data: its first eval.size tasks. Else procedural env.data: 1,000 candidates from another seed (the
@@ -112,21 +124,26 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000, size=1000) if spec else tasks
         if spec and not cfg.eval.data and is_procedural(spec):  # a small problem space repeats across seeds
             val_tasks = held_out_tasks(val_src, tasks, cfg.eval.size)
-            logger.info("validation: %d held-out %s tasks (questions not in the %d training tasks)",
-                        len(val_tasks), spec, len(tasks))  # fmt: skip
+            notes.append((logging.INFO, f"validation: {len(val_tasks)} held-out {spec} tasks (questions not in the "
+                                        f"{len(tasks)} training tasks)"))  # fmt: skip
         else:
             val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
             if not cfg.eval.data:
-                logger.warning("validation reads the training data (%s): its %d tasks are not held out; set eval.data "
-                               "to other problems", spec or "the env's own tasks", len(val_tasks))  # fmt: skip
+                source = spec or "the env's own tasks"
+                notes.append((logging.WARNING, f"validation reads the training data ({source}): its {len(val_tasks)} "
+                                               "tasks are not held out; set eval.data to other problems"))  # fmt: skip
 
+    configure_threads(cfg.run.num_threads)  # 0 = the cores available; warns once if others keep them busy now
     specs = model_specs(cfg)
-    pool = build_models(
-        specs,
-        env_agents=list(probe.possible_agents),
-        backend=lambda loaded: make_backend(loaded, cfg.models[loaded.model_id].backend, seed=cfg.seed),
-        **({"loader": loader} if loader is not None else {}),
-    )
+    try:
+        pool = build_models(
+            specs,
+            env_agents=list(probe.possible_agents),
+            backend=lambda loaded: make_backend(loaded, cfg.models[loaded.model_id].backend, seed=cfg.seed),
+            **({"loader": loader} if loader is not None else {}),
+        )
+    except ModelNotFoundError as err:  # a user mistake in models.<key>.name_or_path: exit 2, nothing written
+        raise ConfigError(f"models: {err}") from None
     optimizers, ref_models = {}, {}
     if cfg.distributed.enabled:  # the trainable models train and sample on Ray worker groups
         from drmas_train.distributed.updater import RayUpdater
@@ -153,16 +170,20 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
             raise ConfigError("no trainable model: set trainable: true on at least one model")
         updater = LocalUpdater(cfg, pool, optimizers, ref_models)
     sampler = TaskSampler(len(tasks), cfg.rollout.batch_size, seed=cfg.seed)
-    start = 0
-    if resume_ckpt is not None:
-        state = updater.load(resume_ckpt)
+    start, elapsed_before = 0, 0.0
+    if plan.resume_from is not None:
+        state = updater.load(plan.resume_from)
         sampler.load_state_dict(state["sampler"])
         start = int(state["iteration"])
-        logger.info("resumed from iter %d (checkpoint %s)", start, resume_ckpt)
+        elapsed_before = float(state.get("extra", {}).get("elapsed_s", 0.0))
+        logger.info("resumed from iter %d (checkpoint %s)", start, plan.resume_from)
+    plan.apply()  # the first write: everything is validated and every model loaded
+    for level, note in notes:
+        logger.log(level, "%s", note)
     metrics_logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start,
-                    updater)  # fmt: skip
+                    updater, elapsed_before)  # fmt: skip
 
 
 def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
@@ -199,7 +220,8 @@ def _validate(run: RunState, iteration: int) -> dict[str, float]:
     e, r = run.cfg.eval, run.cfg.rollout
     sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, top_k=e.top_k, max_new_tokens=r.max_new_tokens)
     result = rollout(run.env_fn, run.val_tasks, e.k, run.pool, sampling, seed=10_000_019 + iteration,
-                     max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=run.cfg.run.progress)  # fmt: skip
+                     max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=run.cfg.run.progress,
+                     label="validation")  # fmt: skip
     by_task: dict[str, list[bool]] = {}
     for t in result.trajectories:
         by_task.setdefault(t.task_id, []).append(bool(t.won))
@@ -232,7 +254,8 @@ def _validation_line(iteration: int, m: dict[str, float]) -> str:
 
 def _save(run: RunState, iteration: int) -> Path:
     return run.updater.save(run.run_dir / "checkpoints", iteration, sampler_state=run.sampler.state_dict(),
-                            config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints)  # fmt: skip
+                            config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints,
+                            extra={"elapsed_s": run.elapsed()})  # fmt: skip
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> dict[str, Any]:
@@ -247,10 +270,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwri
     there (:mod:`drmas_train.run.interrupt`).
 
     Returns:
-        ``{"run_dir", "iterations", "metrics" (last row), "plot", "checkpoint", "wall_time_s"}``.
+        the run's summary (:func:`run_summary`), also written to ``run_dir/summary.json``.
 
     Raises:
         ConfigError: see :func:`build_run`. KeyboardInterrupt: after the checkpoint is saved.
+        RunFinished: ``resume`` of a run that already reached ``run.iterations``; nothing was loaded or written.
     """
     from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -276,10 +300,9 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     from drmas_train.distributed.cluster import DistributedError
     from drmas_train.run.metrics_log import batch_metrics, plot_run
 
-    t_start = time.perf_counter()
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
     guard.attach(run)
-    r, ckpt, metrics = cfg.rollout, None, {}
+    r = cfg.rollout
     bar = tqdm(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
         first = _validate(run, 0)  # the initial weights, as the reference's val_before_train
@@ -318,18 +341,45 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         if any(k.startswith("val/avg@") for k in metrics):
             logger.info("%s", _validation_line(it + 1, metrics))
         if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
-            ckpt = _save(run, it + 1)
+            _save(run, it + 1)
         it += 1
         bar.update(1)
         guard.release(it)  # iteration complete; a Ctrl-C received meanwhile raises here
     bar.close()
     run.logger.close()
-    plot = plot_run(run.logger.path, run.run_dir / "training_curves.png") if cfg.run.plot and run.logger.path.is_file() else None
-    summary = {"run_dir": str(run.run_dir), "iterations": cfg.run.iterations, "metrics": metrics,
-               "plot": str(plot) if plot else None, "checkpoint": str(ckpt) if ckpt else None,
-               "wall_time_s": time.perf_counter() - t_start}  # fmt: skip
+    plot = None
+    if cfg.run.plot and run.logger.path.is_file():
+        plot = plot_run(run.logger.path, run.run_dir / "training_curves.png", title=plot_title(cfg))
+    summary = run_summary(run, plot=plot)
     (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+def plot_title(cfg: TrainConfig) -> str:
+    """``<run name> · <estimator> · <models>``: what the plot shows, at a glance."""
+    models = ", ".join(sorted({m.name_or_path for m in cfg.models.values()}))
+    return f"{cfg.run.name or cfg.run.dir} · estimator {cfg.algorithm.estimator} · {models}"
+
+
+def run_summary(run: RunState, *, plot: Path | None) -> dict[str, Any]:
+    """``summary.json`` of the whole run, read back from its files (so a resumed run's summary covers every
+    process): the last metrics row, every validation, the latest checkpoint and the whole run's wall time.
+
+    Returns:
+        ``{"run_dir", "iterations", "metrics" (last row), "validation" ({iteration: val/* metrics}), "plot",
+        "checkpoint", "wall_time_s" (all processes of the run), "process_wall_time_s" (this one)}``.
+    """
+    from drmas_train.run.checkpoint import latest_checkpoint
+    from drmas_train.run.metrics_log import read_metrics
+
+    rows = read_metrics(run.logger.path) if run.logger.path.is_file() else []
+    last = {k: v for k, v in rows[-1].items() if k != "iteration"} if rows else {}
+    validation = {str(r["iteration"]): {k: v for k, v in r.items() if k.startswith("val/")} for r in rows
+                  if any(k.startswith("val/") for k in r)}  # fmt: skip
+    ckpt = latest_checkpoint(run.run_dir / "checkpoints")
+    return {"run_dir": str(run.run_dir), "iterations": run.cfg.run.iterations, "metrics": last,
+            "validation": validation, "plot": str(plot) if plot else None, "checkpoint": str(ckpt) if ckpt else None,
+            "wall_time_s": run.elapsed(), "process_wall_time_s": time.perf_counter() - run.started}  # fmt: skip
 
 
 def _rewind(run: RunState, state: dict[str, Any]) -> int:

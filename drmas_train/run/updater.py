@@ -93,13 +93,14 @@ class LocalUpdater:
             metrics.update({f"loss/{model_id}/{k}": v for k, v in {**drift, **out}.items()})
         return metrics
 
-    def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int) -> Path:
+    def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int,
+             extra: dict[str, Any] | None = None) -> Path:
         """An atomic checkpoint (:func:`drmas_train.run.checkpoint.save_checkpoint`) of the trainable models."""
         from drmas_train.run.checkpoint import save_checkpoint
 
         models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.optimizers}
         return save_checkpoint(ckpt_root, iteration, models=models, optimizers=self.optimizers,
-                               sampler_state=sampler_state, config_yaml=config_yaml, keep=keep)  # fmt: skip
+                               sampler_state=sampler_state, config_yaml=config_yaml, keep=keep, extra=extra)  # fmt: skip
 
     def load(self, path: Path) -> dict[str, Any]:
         """Restore weights, optimizers and RNG states from ``path``; pushes the weights to the backends."""

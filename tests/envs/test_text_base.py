@@ -107,3 +107,28 @@ def test_numpy_task_index_is_accepted():
     env = EchoEnv()
     env.reset(options={"task_index": np.int64(3)})
     assert env.task.task_id == "t3"
+
+
+def test_human_render_mode_prints_each_turn_as_the_env_steps(capsys):
+    """PettingZoo's convention: with render_mode="human" the env renders itself as it steps, no render() call."""
+    env = EchoEnv(render_mode="human")
+    env.reset(options={"task_index": 2})
+    assert capsys.readouterr().out == "# task t2 [echo]\nsay 2\n\n"
+    env.step("ok from a")
+    assert capsys.readouterr().out == "--- turn 0 · a ---\nok from a\n"
+    env.step("bad\n2")  # invalid (no "ok"), and it ends the episode
+    assert capsys.readouterr().out == (
+        "--- turn 1 · b  (invalid) ---\nbad\n2\n=== episode over; returns: {'a': 1.0, 'b': 0.9} ===\n"
+    )
+    env.render()  # everything was shown already
+    assert capsys.readouterr().out == ""
+    env.reset(options={"task_index": 0})  # a new episode starts a new transcript
+    assert capsys.readouterr().out.startswith("# task t0 [echo]\n")
+
+
+def test_ansi_render_mode_prints_nothing_and_returns_the_transcript(capsys):
+    env = EchoEnv(render_mode="ansi")
+    env.reset(options={"task_index": 2})
+    env.step("ok from a")
+    assert capsys.readouterr().out == ""
+    assert env.render() == "# task t2 [echo]\nsay 2\n\n--- turn 0 · a ---\nok from a"

@@ -22,7 +22,8 @@ def test_all_presets_load_and_grpo_twins_differ_only_in_estimator():
         if name.startswith("drmas_"):
             twin = load_config("grpo_" + name[len("drmas_") :])
             assert (cfg.algorithm.estimator, twin.algorithm.estimator) == ("drmas", "grpo")
-            twin.algorithm.estimator, twin.run.dir = "drmas", cfg.run.dir
+            assert twin.run.name == "grpo_" + name[len("drmas_") :]  # the plot title names the preset run
+            twin.algorithm.estimator, twin.run.dir, twin.run.name = "drmas", cfg.run.dir, cfg.run.name
             assert twin == cfg
 
 
@@ -39,7 +40,7 @@ def test_reference_hyperparameters():
     assert q.env.data_options["size"] == 100 and q.eval.before_train and q.eval.every > 0  # held-out before/after
     twin = load_config("quickstart_math_grpo")  # the README job's GRPO twin: only the estimator (and run.dir) differ
     assert (twin.algorithm.estimator, twin.run.dir) == ("grpo", "runs/quickstart_math_grpo")
-    twin.algorithm.estimator, twin.run.dir = "drmas", q.run.dir
+    twin.algorithm.estimator, twin.run.dir, twin.run.name = "drmas", q.run.dir, q.run.name
     assert twin == q
     ns = load_config("drmas_math_qwen3_4b_nonsharing")
     assert ns.agents == {"solver": "solver_model", "verifier": "verifier_model"} and "shared" not in ns.models
@@ -59,7 +60,7 @@ def test_overrides_types_and_yaml_round_trip(tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["algorithm.estimatr=drmas"], r"Key 'estimatr' not in 'AlgorithmConfig'"),
+        (["algorithm.estimatr=drmas"], r"^unknown config key 'algorithm.estimatr'\. Did you mean one of: 'estimator', 'kl_estimator'\? Valid keys of algorithm: estimator, "),
         (["rollout.group_size=four"], r"Value 'four' of type 'str' could not be converted to Integer"),
         (["algorithm.estimator=drmsa"], r"algorithm.estimator: unknown advantage estimator 'drmsa'; accepted: "
                                         r"\['drmas', 'grpo', 'grpo_step', 'per_turn'\]\. Did you mean 'drmas'\?"),

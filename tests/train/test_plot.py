@@ -24,8 +24,9 @@ def test_plot_has_train_and_validation_accuracy(tmp_path, monkeypatch):
     figures = []
     original = Figure.savefig
     monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), original(self, *a, **k))[1])
-    out = plot_run(path, tmp_path / "curves.png")
+    out = plot_run(path, tmp_path / "curves.png", title="quickstart_math · estimator drmas · smollm2-135m-instruct")
     assert out.stat().st_size > 1000
+    assert figures[0]._suptitle.get_text() == "quickstart_math · estimator drmas · smollm2-135m-instruct"
     acc, reward, grad = figures[0].axes
     lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in acc.lines}
     assert lines == {"train (rollout)": ([1, 2, 4], [0.25, 0.5, 0.75]), "validation avg@4": ([2, 4], [0.375, 0.5])}
@@ -35,6 +36,8 @@ def test_plot_has_train_and_validation_accuracy(tmp_path, monkeypatch):
     assert [line.get_label() for line in reward.lines] == ["solver"]
     assert [line.get_label() for line in grad.lines] == ["shared"]
     assert acc.get_title() == "accuracy"
+    # the headline figure: the latest paired held-out gain over iteration 0, with its standard error
+    assert [t.get_text() for t in acc.texts] == ["held-out avg@4 gain, iteration 0 -> 4:\n+0.125 ± 0.020 (paired SE)"]
 
 
 def test_plot_of_an_empty_file_is_an_error(tmp_path):

@@ -5,11 +5,8 @@ resume says from which iteration."""
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -99,50 +96,75 @@ def test_finished_run_dir_is_refused_then_overwritten(tmp_path):
 
 
 def test_partial_checkpoint_folders_are_removed_on_start(tmp_path, caplog):
+    # a run that completed no iteration: its leftovers (the interrupted checkpoint write, its config) go whole
     run_dir = tmp_path / "run"
     leftover = run_dir / "checkpoints" / ".tmp-iter_000003-abcd"
     (leftover / "models").mkdir(parents=True)
     (leftover / "models" / "half.safetensors").write_bytes(b"\0" * 10)
+    (run_dir / "config.yaml").write_text("stale_marker: 1\n")
     with caplog.at_level(logging.INFO, logger="drmas_train"):
         build_run(tiny_config(run_dir, "run.iterations=1"), loader=tiny_loader)
-    assert not leftover.exists() and (run_dir / "checkpoints").is_dir()
-    assert any(".tmp-iter_000003-abcd" in r.getMessage() for r in caplog.records)
+    assert not (run_dir / "checkpoints").exists() and "stale_marker" not in (run_dir / "config.yaml").read_text()
+    assert any("completed no iteration: deleted checkpoints, config.yaml" in r.getMessage() for r in caplog.records)
+    # --resume keeps the run and removes only the interrupted write
+    train(tiny_config(run_dir, "run.iterations=1"), loader=tiny_loader)
+    leftover = run_dir / "checkpoints" / ".tmp-iter_000002-abcd"
+    leftover.mkdir()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="drmas_train"):
+        build_run(tiny_config(run_dir, "run.iterations=2"), loader=tiny_loader, resume=True)
+    assert not leftover.exists() and (run_dir / "checkpoints" / "iter_000001").is_dir()
+    assert any(".tmp-iter_000002-abcd (a checkpoint whose write was interrupted)" in r.getMessage() for r in caplog.records)
 
 
 _CLI = """
-import sys
+import os, signal, sys
 sys.path.insert(0, {here!r})
 import tiny_rl  # registers the tiny env
+import drmas_train.run.trainer as T
 from drmas_train.cli import main
+
+def interrupt_at(stage, iteration):
+    # Ctrl-C, deterministically: this process sends itself SIGINT when `stage` of `iteration` starts
+    name = {{"rollout": "rollout", "update": "_update_models"}}[stage]
+    module = __import__("drmas_train.collect.rollout", fromlist=["rollout"]) if stage == "rollout" else T
+    real, calls = getattr(module, name), []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == iteration:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    setattr(module, name, wrapped)
+
+if {stop!r}:
+    interrupt_at(*{stop!r})
 sys.exit(main(["train", "--config", {config!r}, "models.m.name_or_path=tiny-llama", *{args!r}]))
 """
 
 
-def _cli(config, *args, **popen):
-    code = _CLI.format(here=str(HERE), config=str(config), args=list(args))
-    return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, **popen)
+def _cli(config, *args, stop=None, **popen):
+    """``drmas train`` in a subprocess on the tiny env; ``stop=(stage, iteration)`` sends it SIGINT when that
+    iteration's ``rollout`` or ``update`` starts (no race with the clock)."""
+    code = _CLI.format(here=str(HERE), config=str(config), args=list(args), stop=stop)
+    return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            **popen)  # fmt: skip
 
 
-def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path):
+@pytest.mark.parametrize(("stage", "done"), [("update", 3), ("rollout", 2)])
+def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path, stage, done):
+    """Ctrl-C during iteration 3's update finishes that iteration and saves it (done = 3); during iteration 3's
+    rollout it stops at once and saves iteration 2 (done = 2). Either way the exit code is 130 and --resume goes on."""
     run_dir = tmp_path / "run"
     tiny_config(run_dir)  # writes tmp_path / "run.yaml"
     config = tmp_path / "run.yaml"
-    proc = _cli(config, "run.iterations=1000")
-    try:
-        deadline = time.time() + 240
-        metrics = run_dir / "metrics.jsonl"
-        while not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
-            assert proc.poll() is None, "training subprocess died: " + (proc.stderr.read() if proc.stderr else "")
-            assert time.time() < deadline, "no 2nd iteration within 240 s"
-            time.sleep(0.1)
-        os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+    proc = _cli(config, "run.iterations=10", stop=(stage, 3))
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
-    done = len(read_metrics(run_dir / "metrics.jsonl"))
+    assert len(read_metrics(run_dir / "metrics.jsonl")) == done
     ckpt = latest_checkpoint(run_dir / "checkpoints")
-    assert done >= 2 and ckpt is not None and ckpt.name == f"iter_{done:06d}"
+    assert ckpt is not None and ckpt.name == f"iter_{done:06d}"
     assert f"saved checkpoint {ckpt} (iter {done}); continue with --resume" in err
     assert err.rstrip().endswith("drmas train: interrupted") and "Traceback" not in err
     assert not list((run_dir / "checkpoints").glob(".tmp-iter_*"))
@@ -154,7 +176,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path):
     assert state["iteration"] == done and state["sampler"] == expected.state_dict()
 
     proc = _cli(config, "--resume", f"run.iterations={done + 1}")
-    _, err = proc.communicate(timeout=240)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert f"resumed from iter {done} (checkpoint {ckpt})" in err and f"iter {done + 1}: reward" in err
     assert [r["iteration"] for r in read_metrics(run_dir / "metrics.jsonl")] == list(range(1, done + 2))

@@ -36,7 +36,7 @@ def test_oversubscription_rule():
     assert threads.oversubscription(2, 2, load=0.3) is None  # a quiet 2-core machine
     assert threads.oversubscription(2, 2, load=1.0) is None  # one stray busy thread: tolerated
     msg = threads.oversubscription(2, 2, load=2.1)  # another 2-thread torch job on the same 2 cores
-    assert msg is not None and "load average 2.1" in msg and "2 available cores" in msg
+    assert msg is not None and "2.1 cores kept busy by other processes" in msg and "2 available cores" in msg
     assert threads.oversubscription(16, 16, load=0.9) is None and threads.oversubscription(8, 16, load=7.0) is None
     assert threads.oversubscription(16, 16, load=4.0) is not None
 
@@ -60,3 +60,26 @@ def test_config_fields():
         load_config(overrides=["optim.autocast=fp16"])
     with pytest.raises(ConfigError, match="run.num_threads must be >= 0"):
         load_config(overrides=["run.num_threads=-2"])
+
+
+def test_busy_cores_counts_only_this_process_cores_now(monkeypatch):
+    import psutil
+
+    seen = {}
+
+    def cpu_percent(interval=None, percpu=False):
+        seen.update(interval=interval, percpu=percpu)
+        return [100.0, 50.0, 80.0, 0.0]
+
+    monkeypatch.setattr(psutil, "cpu_percent", cpu_percent)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 2}, raising=False)
+    assert threads.busy_cores() == pytest.approx(1.3)  # cores 1 and 2: 0.5 + 0.8 busy, measured over an interval
+    assert seen == {"interval": 0.25, "percpu": True}
+
+
+def test_check_runs_once_per_process(monkeypatch, restore_threads):
+    calls = []
+    monkeypatch.setattr(threads, "busy_cores", lambda: calls.append(1) or 0.0)
+    threads.configure_threads(1)
+    threads.configure_threads(1)
+    assert calls == [1]
