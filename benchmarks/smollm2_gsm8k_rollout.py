@@ -48,8 +48,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import drmas_envs
     from drmas_train.backends.base import SamplingParams
+    from drmas_train.backends.factory import build_models
     from drmas_train.collect.rollout import rollout, save_samples
-    from drmas_train.model.assignment import build_models
 
     env_kwargs: dict = {}
     max_prompt_tokens = None

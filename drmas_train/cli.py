@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("drmas_train.commands.eval", "evaluate a policy on env ids x data sources (avg@k, pass@k)"),
     "leaderboard": ("drmas_train.commands.leaderboard", "aggregate eval results into Markdown/HTML/PNG tables"),
     "retrieval-server": ("drmas_train.commands.retrieval_server", "serve a local retriever over HTTP"),
+    "serve": ("drmas_train.commands.serve", "serve a model with the OpenAI API (chat, completions, streaming)"),
     "data": ("drmas_train.commands.data", "build the paper's train/test sets from downloaded files (list | prepare | verify)"),
     "envs": ("drmas_train.commands.envs", "list registered environments"),
     "play": ("drmas_train.commands.play", "play one episode of an env with scripted or LLM policies"),

@@ -279,8 +279,8 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
     if not dist.is_available() or (args.device == "cuda" and not dist.is_nccl_available()):
         raise MachineError(f"torch {torch.__version__} was built without torch.distributed / NCCL")
 
-    from drmas_train.algorithm.losses import PolicyLossConfig
     from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.algorithm.settings import UpdateSettings
     from drmas_train.distributed.checkpoint import load_sharded, save_sharded
     from drmas_train.distributed.data_parallel import dp_ppo_update
     from drmas_train.model.models import ModelSpec
@@ -310,10 +310,10 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
         for step in range(args.fsdp_steps):
             _sync(args.device)
             t0 = time.perf_counter()
+            settings = UpdateSettings.from_config(cfg.algorithm, cfg.optim, temperature=cfg.rollout.temperature)
             last = dp_ppo_update(  # the Ray training ranks' update (drmas_train.distributed), here on one rank
-                model, opt, samples, adv, rank=0, world_size=1, loss_cfg=PolicyLossConfig(), pad_token_id=loaded.tokenizer.pad_token_id,
-                temperature=cfg.rollout.temperature, micro_batch_tokens=cfg.optim.micro_batch_tokens, seed=step,
-                skip_zero_advantage=False,
+                model, opt, samples, adv, settings.replace(skip_zero_advantage=False), rank=0, world_size=1,
+                pad_token_id=loaded.tokenizer.pad_token_id, seed=step,
             )  # fmt: skip
             _sync(args.device)
             times.append(time.perf_counter() - t0)

@@ -89,8 +89,8 @@ def _rank_memory_body(rank: int, world: int, port: int, strategy: str, lean: boo
     import torch.distributed as dist
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from drmas_train.algorithm.losses import PolicyLossConfig
     from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.algorithm.settings import UpdateSettings
     from drmas_train.collect.samples import Sample
     from drmas_train.distributed.data_parallel import dp_ppo_update, wrap_model
 
@@ -111,8 +111,8 @@ def _rank_memory_body(rank: int, world: int, port: int, strategy: str, lean: boo
     adv = rng.normal(size=len(samples))
     forward = {} if lean else {"lm_head_chunk": 0, "share_prompts": False}
     before = _rss_mb()
-    dp_ppo_update(model, opt, samples, adv, rank=rank, world_size=world, pad_token_id=0, loss_cfg=PolicyLossConfig(),
-                  temperature=1.0, micro_batch_tokens=640, **forward)  # fmt: skip
+    settings = UpdateSettings.defaults(micro_batch_tokens=640, **forward)
+    dp_ppo_update(model, opt, samples, adv, settings, rank=rank, world_size=world, pad_token_id=0)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"before_mb": before, "peak_mb": _rss_mb()}))
     dist.destroy_process_group()
 

@@ -5,7 +5,7 @@ Prints one JSON object: for each engine the wall time, agent calls/s and generat
 (target >= 5x at 16 tasks x n=4), and the lock-step engine's share of wall time spent outside generation
 (env steps, observation building, bookkeeping; target < 1 %). For the ``hf`` backend each engine also reports the
 backend's counters: real prompt tokens vs tokens actually prefilled (shared prompt prefixes are computed once in a
-batch, see ``drmas_train.backends.prefill``), forwards and generated tokens.
+batch, see ``drmas_train.model.prefill``), forwards and generated tokens.
 
     python benchmarks/perf/rollout_throughput.py                      # tiny-qwen3, math-solver-verifier-v0
     python benchmarks/perf/rollout_throughput.py --model smollm2-135m-instruct --repeats 2   # ~25 min on 1 core
@@ -92,8 +92,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import drmas_envs
     from drmas_train.backends.base import SamplingParams
+    from drmas_train.backends.factory import build_models
     from drmas_train.collect.rollout import rollout
-    from drmas_train.model.assignment import build_models
 
     def env_fn():
         return drmas_envs.make(args.env)

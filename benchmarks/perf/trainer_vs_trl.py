@@ -110,8 +110,8 @@ def worker_drmas(args: argparse.Namespace, data: dict, plain: bool) -> dict:
     import torch
 
     from drmas_train.algorithm.advantages import get_estimator
-    from drmas_train.algorithm.losses import PolicyLossConfig
     from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.algorithm.settings import UpdateSettings
     from drmas_train.algorithm.update import ppo_update
     from drmas_train.collect.samples import Sample
     from drmas_train.model.models import load_model
@@ -133,9 +133,9 @@ def worker_drmas(args: argparse.Namespace, data: dict, plain: bool) -> dict:
         adv = get_estimator("grpo")(rewards, uid=[x.uid for x in samples], agent_id=["solver"] * len(samples),
                                     traj_uid=[x.traj_uid for x in samples], turn=[0] * len(samples))  # fmt: skip
         t0, c0 = time.perf_counter(), time.process_time()
-        ppo_update(model, opt, samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=data["pad_token_id"],
-                   temperature=1.0, micro_batch_tokens=args.micro_batch_tokens, seed=s,
-                   activation_checkpointing=args.activation_checkpointing, **fast)  # fmt: skip
+        settings = UpdateSettings.defaults(micro_batch_tokens=args.micro_batch_tokens,
+                                           activation_checkpointing=args.activation_checkpointing, **fast)  # fmt: skip
+        ppo_update(model, opt, samples, adv, settings, pad_token_id=data["pad_token_id"], seed=s)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         tokens.append(sum(len(r["prompt_ids"]) + len(r["completion_ids"]) for r in rows))

@@ -14,11 +14,11 @@ implemented in verl's ``compute_policy_loss`` (the Dr. MAS reference code base).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
-__all__ = ["AGG_MODES", "KL_ESTIMATORS", "PolicyLossConfig", "aggregate", "kl_penalty", "policy_loss"]
+__all__ = ["AGG_MODES", "KL_ESTIMATORS", "PolicyLossConfig", "LOSS_FIELDS", "aggregate", "kl_penalty", "policy_loss"]
 
 #: accepted ``agg`` values of :func:`aggregate` (verl's ``loss_agg_mode``).
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -28,35 +28,45 @@ KL_ESTIMATORS = ("k1", "k3")
 
 @dataclass(frozen=True)
 class PolicyLossConfig:
-    """Settings of :func:`policy_loss` (see the ``algorithm`` section of the training config).
+    """Settings of :func:`policy_loss`: the loss fields of the ``algorithm`` config section, under the same names
+    (their defaults live there, :class:`drmas_train.algorithm.config.AlgorithmConfig`; build one with
+    :func:`drmas_train.algorithm.settings.loss_settings`).
 
     Attributes:
         clip_low: lower clip epsilon, ratio floor ``1 - clip_low`` (PPO 0.2).
         clip_high: upper clip epsilon, ratio ceiling ``1 + clip_high`` (DAPO clip-higher uses 0.28).
         dual_clip_c: dual-clip constant c > 1 bounding the loss of negative advantages at ``-A c``; ``None`` = off.
-        agg: one of :data:`AGG_MODES`.
+        loss_agg: one of :data:`AGG_MODES`.
         kl_coef: weight of the KL(pi || pi_ref) penalty (0 = off, the reference default).
-        kl_estimator: ``"k1"`` or ``"k3"``.
+        kl_estimator: one of :data:`KL_ESTIMATORS`.
         entropy_coef: weight of the entropy bonus (subtracted from the loss; 0 = off).
+
+    Raises:
+        ValueError: a value out of range; the message starts with the field's name (the config section prefixes
+            ``algorithm.``): these are the loss settings' only checks.
     """
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip_c: float | None = 3.0
-    agg: str = "token-mean"
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
+    clip_low: float
+    clip_high: float
+    dual_clip_c: float | None
+    loss_agg: str
+    kl_coef: float
+    kl_estimator: str
+    entropy_coef: float
 
     def __post_init__(self) -> None:
-        if self.agg not in AGG_MODES:
-            raise ValueError(f"unknown loss aggregation {self.agg!r}; accepted: {list(AGG_MODES)}")
+        if self.loss_agg not in AGG_MODES:
+            raise ValueError(f"loss_agg={self.loss_agg!r}; accepted: {list(AGG_MODES)}")
         if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"unknown KL estimator {self.kl_estimator!r}; accepted: {list(KL_ESTIMATORS)}")
+            raise ValueError(f"kl_estimator={self.kl_estimator!r}; accepted: {list(KL_ESTIMATORS)}")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
-            raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
+            raise ValueError(f"clip_low must be in [0, 1) and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.dual_clip_c is not None and not self.dual_clip_c > 1:
-            raise ValueError(f"dual_clip_c must be > 1 (or None to disable), got {self.dual_clip_c}")
+            raise ValueError(f"dual_clip_c must be > 1 or null (off), got {self.dual_clip_c}")
+
+
+#: the names of :class:`PolicyLossConfig`'s fields (the same names as in the ``algorithm`` config section).
+LOSS_FIELDS = tuple(f.name for f in fields(PolicyLossConfig))
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str, *, denom: float | None = None) -> torch.Tensor:
@@ -114,7 +124,7 @@ def policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    cfg: PolicyLossConfig = PolicyLossConfig(),
+    cfg: PolicyLossConfig,
     *,
     entropy: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
@@ -166,7 +176,7 @@ def policy_loss(
         dual = ((adv < 0) & (clipped > loss3)).to(m.dtype)
     else:
         per_token, dual = clipped, torch.zeros_like(m)
-    pg_loss = aggregate(per_token, m, cfg.agg, denom=denom)
+    pg_loss = aggregate(per_token, m, cfg.loss_agg, denom=denom)
     loss = pg_loss
 
     with torch.no_grad():
@@ -181,13 +191,13 @@ def policy_loss(
     if cfg.kl_coef:
         if ref_logprobs is None:
             raise ValueError("kl_coef != 0 needs ref_logprobs (log-probs of the frozen reference model)")
-        kl = aggregate(kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator), m, cfg.agg, denom=denom)
+        kl = aggregate(kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator), m, cfg.loss_agg, denom=denom)
         loss = loss + cfg.kl_coef * kl
         metrics["kl"] = _masked_mean(kl_penalty(logprobs.detach(), ref_logprobs, cfg.kl_estimator), m)
     if entropy is not None:
         metrics["entropy"] = _masked_mean(entropy.detach(), m)
         if cfg.entropy_coef:
-            loss = loss - cfg.entropy_coef * aggregate(entropy, m, cfg.agg, denom=denom)
+            loss = loss - cfg.entropy_coef * aggregate(entropy, m, cfg.loss_agg, denom=denom)
     elif cfg.entropy_coef:
         raise ValueError("entropy_coef != 0 needs the token entropies (forward_logprobs(..., with_entropy=True))")
     return loss, metrics

@@ -12,23 +12,25 @@ recomputes ``old_log_probs`` with the actor before the update and only logs the 
 ``training/<wg>/rollout_probs_diff_{max,mean,std}`` = |p_rollout - p_actor| over response tokens).
 
 :func:`recompute_old_logprobs` does the same for one model: a no-grad forward (:func:`drmas_train.model.logprobs.forward_logprobs`)
-over the samples, laid out in the micro-batches the update will use (:func:`drmas_train.algorithm.optim.micro_batches` with
-the same token budget), so with one mini-batch the first step's ratio is exactly 1 for every token. It returns new
+over the samples, laid out in the micro-batches the update will use (:func:`drmas_train.algorithm.update.plan_micro_batches`
+with the same settings), so with one mini-batch the first step's ratio is exactly 1 for every token. It returns new
 :class:`~drmas_train.collect.samples.Sample` objects (the inputs are not changed) and the mismatch metrics.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from drmas_train.algorithm.precision import resolve_autocast
+from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import plan_micro_batches, shares_prompts
 from drmas_train.collect.samples import Sample
-from drmas_train.model.logprobs import forward_logprobs
+from drmas_train.model.logprobs import Forward, forward_logprobs
 
 __all__ = ["recompute_old_logprobs", "logprob_mismatch"]
 
@@ -80,32 +82,28 @@ def logprob_mismatch(
 def recompute_old_logprobs(
     model: Any,
     samples: Sequence[Sample],
+    settings: UpdateSettings,
     *,
     pad_token_id: int,
-    temperature: float,
-    micro_batch_tokens: int | str,
     select: Sequence[bool] | np.ndarray | None = None,
-    lm_head_chunk: int | None = None,
-    share_prompts: bool = True,
-    autocast_dtype: torch.dtype | None = None,
-    activation_checkpointing: int = 0,
+    agree_budget: Callable[[int], int] | None = None,
 ) -> tuple[list[Sample], dict[str, float]]:
     """The samples with ``old_logprobs`` taken from ``model``, and the engine/trainer mismatch.
 
     Args:
-        model: the trainable causal LM whose update follows (its train/eval mode is restored afterwards).
+        model: the trainable causal LM whose update follows (its train/eval mode is restored afterwards), or a
+            :class:`~drmas_train.model.logprobs.Forward` over a wrapped one.
         samples: (B,) this model's samples, ``old_logprobs`` as the rollout engine returned them.
+        settings: the update's settings: the same temperature, micro-batch budget and forward path (LM-head chunk,
+            shared prompts, autocast) give the same micro-batches, hence bitwise the same log-probs as the update's
+            first forward, so with one mini-batch the first step's PPO ratio is exactly 1. With
+            ``micro_batch_tokens="auto"`` the budget is chosen here as in the update (from the free memory, which
+            may differ by then).
         pad_token_id: tokenizer pad id.
-        temperature: the rollout temperature (log-probs are of the temperature-scaled distribution, as sampled).
-        micro_batch_tokens: padded-token budget per forward, the update's ``optim.micro_batch_tokens``: the
-            same budget over the same samples gives the same micro-batches, hence bitwise the same log-probs as
-            the update's first forward.
         select: (B,) bools; only selected samples are recomputed (the trainer leaves out samples the loss
             ignores: advantage exactly 0 with no KL and no entropy term). None = all.
-        lm_head_chunk, share_prompts, autocast_dtype, activation_checkpointing: the update's forward settings
-            (:func:`drmas_train.algorithm.update.ppo_update`): the same micro-batches (prompt-grouped where prompts are shared)
-            and the same forward path, so the first step's PPO ratio is exactly 1. With ``micro_batch_tokens="auto"``
-            the budget is chosen here as in the update (from the free memory, which may differ by then).
+        agree_budget: makes an ``"auto"`` budget the same in every process training the model together
+            (:attr:`drmas_train.algorithm.update.UpdateHooks.agree_budget`).
 
     Returns:
         ``(new_samples, metrics)``: B samples (copies for recomputed ones, the same objects otherwise) and
@@ -119,32 +117,36 @@ def recompute_old_logprobs(
         raise ValueError(f"select has {len(select)} entries for {len(samples)} samples")
     if not chosen:
         return list(samples), {}
+    forward = Forward.of(model)
+    module = forward.module
     picked = [samples[i] for i in chosen]
-    share = shares_prompts(model, lm_head_chunk=lm_head_chunk, share_prompts=share_prompts,
-                           activation_checkpointing=activation_checkpointing)  # fmt: skip
-    if micro_batch_tokens == "auto":
+    share = shares_prompts(module, settings)
+    budget = settings.micro_batch_tokens
+    if budget == "auto":
         from drmas_train.algorithm.memory_budget import auto_micro_batch_tokens
 
         longest = max(len(s.prompt_ids) + len(s.response_ids) for s in picked)
-        micro_batch_tokens = auto_micro_batch_tokens(model, longest, lm_head_chunk=lm_head_chunk)
-    micros = plan_micro_batches(picked, micro_batch_tokens, share=share)
+        budget = auto_micro_batch_tokens(module, longest, lm_head_chunk=settings.lm_head_chunk)
+        budget = agree_budget(budget) if agree_budget is not None else budget
+    micros = plan_micro_batches(picked, budget, share=share)
     new_rows: dict[int, list[float]] = {}
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    was_training = module.training
+    module.eval()
+    device = next(module.parameters()).device
+    autocast_dtype = resolve_autocast(settings.autocast, device)
     try:
         for micro in micros:
             batch = [picked[i] for i in micro]
             with torch.no_grad(), torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 logprobs, _, _ = forward_logprobs(
-                    model, [s.prompt_ids for s in batch], [s.response_ids for s in batch], pad_token_id=pad_token_id,
-                    temperature=temperature, lm_head_chunk=lm_head_chunk, share_prompts=share,
+                    forward, [s.prompt_ids for s in batch], [s.response_ids for s in batch], pad_token_id=pad_token_id,
+                    temperature=settings.temperature, lm_head_chunk=settings.lm_head_chunk, share_prompts=share,
                 )  # (b, T) float32, 0 on padding  # fmt: skip
             rows = logprobs.cpu().tolist()
             for j, i in enumerate(micro):
                 new_rows[chosen[i]] = rows[j][: len(picked[i].response_ids)]
     finally:
-        model.train(was_training)
+        module.train(was_training)
     out = list(samples)
     for i, row in new_rows.items():
         out[i] = dataclasses.replace(samples[i], old_logprobs=row)
@@ -158,38 +160,32 @@ def old_logprobs_for_update(
     model: Any,
     samples: Sequence[Sample],
     advantages: np.ndarray,
+    settings: UpdateSettings,
     *,
-    recompute: bool,
     pad_token_id: int,
-    update_kwargs: dict[str, Any],
+    agree_budget: Callable[[int], int] | None = None,
 ) -> tuple[list[Sample], dict[str, float]]:
-    """π_old of one model's samples just before its PPO update: recomputed with ``model`` when ``recompute``
-    (``algorithm.recompute_old_logprobs``, the reference's default), else the rollout engine's, unchanged.
+    """π_old of one model's samples just before its PPO update: recomputed with ``model`` when
+    ``settings.recompute_old_logprobs`` (``algorithm.recompute_old_logprobs``, the reference's default), else the
+    rollout engine's, unchanged.
 
     Only samples the loss reads are recomputed: a sample with advantage exactly 0 contributes nothing unless the
     KL or entropy term is on. Both the single-process updater and every Ray training rank call this (on a rank,
-    ``model`` is its FSDP2/DDP-wrapped module and every rank recomputes the same samples, so the collectives of the
-    forward passes line up).
+    ``model`` is a :class:`~drmas_train.model.logprobs.Forward` over its wrapped module and every rank recomputes the
+    same samples, so the collectives of the forward passes line up).
 
     Args:
-        model: the training model (its current weights are π_old). samples: (B,). advantages: (B,) float.
-        recompute: whether to recompute. pad_token_id: the tokenizer's pad id.
-        update_kwargs: the update's keyword arguments, :func:`drmas_train.run.updater.for_device` of
-            :func:`drmas_train.run.updater.update_kwargs` (``loss_cfg``, ``temperature``, ``micro_batch_tokens``,
-            ``autocast_dtype``, ``activation_checkpointing``).
+        model: the training model (its current weights are π_old), or a Forward over it. samples: (B,).
+        advantages: (B,) float. settings: the update's settings. pad_token_id: the tokenizer's pad id.
+        agree_budget: see :func:`recompute_old_logprobs`.
 
     Returns:
         ``(samples, metrics)``: the samples to update on and the engine/trainer mismatch metrics
         (:func:`logprob_mismatch`; empty when not recomputed).
     """
-    if not recompute:
+    if not settings.recompute_old_logprobs:
         return list(samples), {}
-    loss_cfg = update_kwargs["loss_cfg"]
-    used = (np.asarray(advantages) != 0) | bool(loss_cfg.kl_coef) | bool(loss_cfg.entropy_coef)  # what the loss reads
-    return recompute_old_logprobs(
-        model, samples, pad_token_id=pad_token_id, temperature=update_kwargs["temperature"],
-        micro_batch_tokens=update_kwargs["micro_batch_tokens"], select=used,
-        lm_head_chunk=update_kwargs.get("lm_head_chunk"), share_prompts=update_kwargs.get("share_prompts", True),
-        autocast_dtype=update_kwargs.get("autocast_dtype"),
-        activation_checkpointing=update_kwargs.get("activation_checkpointing", 0),
-    )  # fmt: skip
+    loss = settings.loss
+    used = (np.asarray(advantages) != 0) | bool(loss.kl_coef) | bool(loss.entropy_coef)  # what the loss reads
+    return recompute_old_logprobs(model, samples, settings, pad_token_id=pad_token_id, select=used,
+                                  agree_budget=agree_budget)  # fmt: skip

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from drmas_train.algorithm.config import OptimConfig
 from drmas_train.model.token_budget import pack_by_token_budget
 
 __all__ = ["ModelOptimizer", "build_optimizer", "micro_batches", "prompt_micro_batches"]
@@ -167,21 +168,28 @@ def build_optimizer(
     model_id: str,
     model: torch.nn.Module,
     *,
-    lr: float = 1e-6,
-    weight_decay: float = 0.01,
-    betas: Sequence[float] = (0.9, 0.999),
-    warmup_steps: int = 0,
-    grad_clip: float = 1.0,
+    lr: float | None = None,
+    weight_decay: float | None = None,
+    betas: Sequence[float] | None = None,
+    warmup_steps: int | None = None,
+    grad_clip: float | None = None,
 ) -> ModelOptimizer:
     """AdamW (Loshchilov & Hutter, arXiv 1711.05101) over ``model``'s trainable parameters.
 
-    Defaults are the Dr. MAS / verl reference (lr 1e-6, weight decay 0.01, grad clip 1.0). With LoRA only the
-    adapter weights require grad, so only they are optimised. The fused kernel is used where available
-    (``opt.optimizer.defaults["fused"]`` tells which).
+    A setting left ``None`` takes the ``optim`` config section's default
+    (:class:`drmas_train.algorithm.config.OptimConfig`: the Dr. MAS / verl reference's lr 1e-6, weight decay 0.01,
+    grad clip 1.0), the one place those defaults live. With LoRA only the adapter weights require grad, so only
+    they are optimised. The fused kernel is used where available (``opt.optimizer.defaults["fused"]`` tells which).
 
     Raises:
         ValueError: the model has no trainable parameter, or lr / grad_clip <= 0.
     """
+    d = OptimConfig()
+    lr = d.lr if lr is None else lr
+    weight_decay = d.weight_decay if weight_decay is None else weight_decay
+    betas = d.betas if betas is None else betas
+    warmup_steps = d.warmup_steps if warmup_steps is None else warmup_steps
+    grad_clip = d.grad_clip if grad_clip is None else grad_clip
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError(f"model {model_id!r} has no trainable parameters; set trainable: true or remove it from training")

@@ -18,7 +18,7 @@ Stop strings: generation of a sequence stops at the first token whose decoded re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "render_chat",
     "find_stop",
     "reports_tokens",
+    "ChatTokenBackend",
     "eos_token_ids",
 ]
 
@@ -41,7 +42,7 @@ Messages = Sequence[Mapping[str, str]]
 #: Accepted prompt truncation modes (see :func:`truncate_ids`).
 TRUNCATION_MODES = ("left", "middle", "error")
 
-#: Backends over a locally loaded model (:func:`drmas_train.model.assignment.make_backend`); ``openai`` is a client.
+#: Backends over a locally loaded model (:func:`drmas_train.backends.factory.make_backend`); ``openai`` is a client.
 LOCAL_BACKENDS = ("hf", "vllm")
 
 
@@ -194,6 +195,50 @@ def render_chat(
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+class ChatTokenBackend:
+    """Base of the backends that sample from token ids (HF, vLLM, the Ray generation workers): the one
+    chat -> token ids -> generation path. Subclasses set ``tokenizer`` and ``chat_template_kwargs`` and implement
+    ``generate_ids(prompt_ids, sampling, ...)``; a ``generate_ids`` that takes ``on_tokens`` reports tokens as it
+    decodes (:func:`reports_tokens`).
+    """
+
+    tokenizer: Any
+    chat_template_kwargs: dict[str, Any]
+
+    def encode_prompts(
+        self, prompts: Sequence[Messages], *, max_prompt_tokens: int | None = None, truncation: str = "left"
+    ) -> list[list[int]]:
+        """Chat-template and tokenize each conversation (:func:`render_chat`), then truncate (:func:`truncate_ids`).
+
+        Raises:
+            PromptTooLongError: a prompt over ``max_prompt_tokens`` with ``truncation="error"``.
+        """
+        return [truncate_ids(render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation)
+                for m in prompts]  # fmt: skip
+
+    def generate(
+        self,
+        prompts: Sequence[Messages],
+        sampling: SamplingParams,
+        *,
+        max_prompt_tokens: int | None = None,
+        truncation: str = "left",
+        on_tokens: Callable[[list[int], list[int]], None] | None = None,
+    ) -> list[Generation]:
+        """Sample ``sampling.n`` responses per conversation; ``len(prompts) * n`` results, prompt-major.
+
+        ``on_tokens(rows, tokens)`` reaches ``generate_ids`` when given (only where :func:`reports_tokens`).
+
+        Raises:
+            PromptTooLongError: a prompt over ``max_prompt_tokens`` with ``truncation="error"``.
+        """
+        ids = self.encode_prompts(prompts, max_prompt_tokens=max_prompt_tokens, truncation=truncation)
+        return self.generate_ids(ids, sampling, **({} if on_tokens is None else {"on_tokens": on_tokens}))
+
+    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams, **kwargs: Any) -> list[Generation]:
+        raise NotImplementedError
+
+
 def eos_token_ids(tokenizer: Any, model: Any) -> frozenset[int]:
     """The token ids that end a sequence: the tokenizer's EOS and every EOS id named in the model's
     ``generation_config`` / ``config`` (an int or a list there). Both engines stop on this set (the HF engine
@@ -211,12 +256,14 @@ def find_stop(text: str, stop: Sequence[str]) -> bool:
 
 
 def reports_tokens(backend: Any) -> bool:
-    """Whether ``backend.generate`` takes ``on_tokens`` (called after every decode step with the rows that got a
+    """Whether ``backend.generate`` passes ``on_tokens`` on (a :class:`ChatTokenBackend` whose ``generate_ids`` takes
+    it, or any backend whose ``generate`` does) (called after every decode step with the rows that got a
     token and the tokens, as :meth:`drmas_train.backends.hf.HFBackend.generate`): what progress bars and
     streaming servers use to show tokens while a batched call runs."""
     import inspect
 
-    generate = getattr(backend, "generate", None)
+    generate = getattr(backend, "generate_ids", None) if isinstance(backend, ChatTokenBackend) else None
+    generate = generate or getattr(backend, "generate", None)
     try:
         return callable(generate) and "on_tokens" in inspect.signature(generate).parameters
     except (TypeError, ValueError):

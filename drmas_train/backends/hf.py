@@ -8,7 +8,7 @@ last position; position ids count real tokens only, so padding never changes a r
 rounding.
 
 Throughput (see ``benchmarks/perf/rollout_throughput.py``): equal prompts and prefixes shared within a batch are
-prefilled once, the rest in length buckets (:mod:`drmas_train.backends.prefill`); a row leaves the decode
+prefilled once, the rest in length buckets (:mod:`drmas_train.model.prefill`); a row leaves the decode
 batch as soon as it finishes; the next token is drawn with one pass for the softmax normaliser and a two-level
 inverse CDF (:func:`sample_weights`) instead of a full-vocabulary cumulative sum.
 """
@@ -24,16 +24,14 @@ from typing import Any
 import torch
 
 from drmas_train.backends.base import (
+    ChatTokenBackend,
     Generation,
-    Messages,
     SamplingParams,
     eos_token_ids,
     find_stop,
-    render_chat,
-    truncate_ids,
 )
-from drmas_train.backends.prefill import can_stitch, prefill
 from drmas_train.model.logprobs import cache_kwarg
+from drmas_train.model.prefill import can_stitch, prefill
 
 __all__ = ["HFBackend", "TokenCallback", "filter_logits", "next_tokens", "sample_categorical", "sample_weights"]
 
@@ -168,7 +166,7 @@ def next_tokens(
     return tokens, token_weight.log() - total.log()
 
 
-class HFBackend:
+class HFBackend(ChatTokenBackend):
     """Sample from a transformers causal LM.
 
     Args:
@@ -224,41 +222,6 @@ class HFBackend:
 
     def sync_weights(self, model: Any = None) -> None:
         """No-op: the backend samples from the very model object the trainer updates."""
-
-    def encode_prompts(
-        self, prompts: Sequence[Messages], *, max_prompt_tokens: int | None = None, truncation: str = "left"
-    ) -> list[list[int]]:
-        """Chat-template and tokenize each conversation, then truncate (:func:`truncate_ids`)."""
-        return [
-            truncate_ids(
-                render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation
-            )
-            for m in prompts
-        ]
-
-    def generate(
-        self,
-        prompts: Sequence[Messages],
-        sampling: SamplingParams,
-        *,
-        max_prompt_tokens: int | None = None,
-        truncation: str = "left",
-        on_tokens: TokenCallback | None = None,
-    ) -> list[Generation]:
-        """Sample ``sampling.n`` responses per conversation; ``len(prompts) * n`` results, prompt-major.
-
-        ``on_tokens(rows, tokens)`` is called after every decode step with the output rows (indices into the
-        ``len(prompts) * n`` results) that got a token and those tokens (EOS included): for streaming servers and
-        progress bars. It must be quick and must not raise.
-
-        Raises:
-            PromptTooLongError: a prompt over ``max_prompt_tokens`` with ``truncation="error"``.
-        """
-        return self.generate_ids(
-            self.encode_prompts(prompts, max_prompt_tokens=max_prompt_tokens, truncation=truncation),
-            sampling,
-            on_tokens=on_tokens,
-        )
 
     def generate_ids(
         self,

@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from drmas_train.backends.base import Generation, Messages, SamplingParams, render_chat, truncate_ids
+from drmas_train.backends.base import ChatTokenBackend, Generation, SamplingParams
 
 __all__ = ["VLLMBackend", "to_vllm_sampling", "from_vllm_outputs"]
 
@@ -92,7 +92,7 @@ def from_vllm_outputs(prompt_ids: Sequence[Sequence[int]], outputs: Sequence[Any
     return gens
 
 
-class VLLMBackend:
+class VLLMBackend(ChatTokenBackend):
     """Generate with an in-process ``vllm.LLM``.
 
     Args:
@@ -187,27 +187,6 @@ class VLLMBackend:
         if hasattr(model, "merge_and_unload"):
             raise ValueError("sync LoRA models after merging: pass model.merge_and_unload() or a merged copy")
         self.load_weights(model.state_dict().items())
-
-    def generate(
-        self,
-        prompts: Sequence[Messages],
-        sampling: SamplingParams,
-        *,
-        max_prompt_tokens: int | None = None,
-        truncation: str = "left",
-    ) -> list[Generation]:
-        """Sample ``sampling.n`` responses per conversation; ``len(prompts) * n`` results, prompt-major.
-
-        Raises:
-            ValueError: top-k/top-p on and no model attached to recompute log-probs (see the module docstring).
-        """
-        ids = [
-            truncate_ids(
-                render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation
-            )
-            for m in prompts
-        ]
-        return self.generate_ids(ids, sampling)
 
     def generate_ids(
         self,

@@ -176,7 +176,7 @@ def rollout(
         env_fn: zero-argument factory of a fresh drmas env, or a registered env id (``drmas_envs.make``).
         tasks: N tasks, as :class:`~drmas_envs.core.Task` objects or indices into the env's own task source.
         group_size: G rollouts per task (>= 1).
-        pool: the models and backends (:func:`~drmas_train.model.assignment.build_models`); validated against the
+        pool: the models and backends (:func:`~drmas_train.backends.factory.build_models`); validated against the
             env's ``possible_agents`` first.
         sampling: per-call sampling parameters; ``n`` must be 1 (the G rollouts are separate episodes).
             Each batched call gets a seed drawn from ``sampling.seed`` (or ``seed``), so a rollout is

@@ -4,7 +4,7 @@
     drmas data prepare drmas_math --raw data/raw --out data/drmas_math
     drmas data verify data/drmas_math                     # re-hash against MANIFEST.json
 
-All logic lives in :mod:`drmas_train.run.data_prep` (machinery) and :mod:`drmas_train.run.data_recipes` (the recipes);
+All logic lives in :mod:`drmas_train.data.prepare` (machinery) and :mod:`drmas_train.data.recipes` (the recipes);
 this module parses arguments and maps errors to exit codes: 0 success, 1 ``verify`` found changed files, 2 a user
 mistake (unknown recipe, missing file, existing outputs).
 """
@@ -15,8 +15,9 @@ import argparse
 import sys
 
 from drmas_train.commands import HelpFormatter
-from drmas_train.run.data_prep import DataPrepError, find_input, get_recipe, prepare, verify
-from drmas_train.run.data_recipes import RECIPES
+from drmas_train.data.prepare import get_recipe, prepare, verify
+from drmas_train.data.recipe import DataPrepError, find_input
+from drmas_train.data.recipes import RECIPES
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
-    from drmas_train.distributed.cluster import DistributedError
+    from drmas_train.distributed.errors import DistributedError
     from drmas_train.run.run_dir import RunFinished
     from drmas_train.run.trainer import train
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from drmas_train.backends.base import Generation, Messages, SamplingParams, render_chat, truncate_ids
+from drmas_train.backends.base import ChatTokenBackend, Generation, SamplingParams
 
 __all__ = ["RayBackend"]
 
 
-class RayBackend:
+class RayBackend(ChatTokenBackend):
     """Generate with a :class:`~drmas_train.distributed.worker_group.WorkerGroup`.
 
     Args:
@@ -29,22 +29,6 @@ class RayBackend:
 
     def sync_weights(self, model: Any = None) -> None:
         """No-op: the training ranks push their weights to the generation workers after every update."""
-
-    def encode_prompts(self, prompts: Sequence[Messages], *, max_prompt_tokens: int | None = None,
-                       truncation: str = "left") -> list[list[int]]:  # fmt: skip
-        """Chat-template, tokenize and truncate each conversation (as :meth:`HFBackend.encode_prompts`)."""
-        return [truncate_ids(render_chat(self.tokenizer, m, self.chat_template_kwargs), max_prompt_tokens, truncation)
-                for m in prompts]  # fmt: skip
-
-    def generate(self, prompts: Sequence[Messages], sampling: SamplingParams, *, max_prompt_tokens: int | None = None,
-                 truncation: str = "left") -> list[Generation]:  # fmt: skip
-        """``len(prompts) * sampling.n`` generations, prompt-major (see the module docstring).
-
-        Raises:
-            PromptTooLongError: a prompt over ``max_prompt_tokens`` with ``truncation="error"``.
-            DistributedError: generation workers failed more often than ``distributed.max_restarts``.
-        """
-        return self.generate_ids(self.encode_prompts(prompts, max_prompt_tokens=max_prompt_tokens, truncation=truncation), sampling)
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: SamplingParams) -> list[Generation]:
         """Like :meth:`generate` for prompts already tokenized (each non-empty)."""

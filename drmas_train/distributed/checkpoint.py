@@ -59,6 +59,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from drmas_train.model.weights import load_weights
+
 __all__ = ["save_sharded", "load_sharded", "export_hf", "import_hf", "is_sharded_checkpoint", "FORMAT"]
 
 #: format tag written into ``drmas_sharded.json``.
@@ -383,7 +385,7 @@ def import_hf(hf_dir: str | Path, model: torch.nn.Module, *, process_group: Any 
 
     Under ``torch.distributed``, rank 0 of the default group reads the files and broadcasts each tensor; every
     rank keeps its own shard (``set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)``). With no
-    process group the files are read directly (:func:`drmas_train.run.checkpoint.load_weights`). Tied output
+    process group the files are read directly (:func:`drmas_train.model.weights.load_weights`). Tied output
     embeddings absent from the files are fine.
 
     Args:
@@ -395,8 +397,6 @@ def import_hf(hf_dir: str | Path, model: torch.nn.Module, *, process_group: Any 
         FileNotFoundError: no ``*.safetensors`` in ``hf_dir``.
         RuntimeError: the files lack weights of ``model`` (other than tied output embeddings).
     """
-    from drmas_train.run.checkpoint import load_weights
-
     folder = Path(hf_dir)
     files = sorted(folder.glob("*.safetensors"))
     if not files:

@@ -10,11 +10,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["init_ray", "DistributedError"]
+import ray
 
-
-class DistributedError(RuntimeError):
-    """A worker group failed in a way the run cannot recover from (the message says what died and what to do)."""
+__all__ = ["init_ray"]
 
 
 def init_ray(
@@ -30,14 +28,7 @@ def init_ray(
 
     Returns:
         ``ray.cluster_resources()`` (e.g. ``{"CPU": 4.0, "GPU": 0.0, ...}``).
-
-    Raises:
-        DistributedError: ``ray`` is not installed.
     """
-    try:
-        import ray
-    except ImportError as err:  # pragma: no cover - ray is in the train extra
-        raise DistributedError("distributed.enabled needs ray: pip install 'drmas[train]' (ray>=2.50)") from err
     if not ray.is_initialized():
         if address is None:
             # local workers import drmas (and test helpers) from the driver's PYTHONPATH and stay offline like it

@@ -16,48 +16,100 @@ micro-batches run zero-loss forward/backward passes so every rank joins every co
 synchronised once per mini-batch (``set_requires_gradient_sync`` / ``no_sync``).
 
 Ranks run the single process's lean forward (chunked LM head; shared prompts under DDP), inside the wrapper's
-forward so its hooks see every parameter used (:func:`rank_forward`, :func:`drmas_train.model.logprobs.call_as_forward`).
+forward so its hooks see every parameter used (:func:`call_as_forward`, :func:`rank_forward`). Everything that knows
+about ranks lives here: the algorithm stage exposes the seams (:class:`~drmas_train.algorithm.update.UpdateHooks`,
+:class:`~drmas_train.model.logprobs.Forward`) and :func:`rank_hooks` fills them for one rank.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from drmas_train.algorithm.optim import ModelOptimizer
+from drmas_train.algorithm.settings import UpdateSettings
+from drmas_train.algorithm.update import UpdateHooks, ppo_update
 from drmas_train.collect.samples import Sample
+from drmas_train.distributed.config import STRATEGIES
+from drmas_train.model.logprobs import Forward
+
+try:  # torch >= 2.6
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+except ImportError:  # pragma: no cover - older torch: DDP only
+    FSDPModule = fully_shard = None
 
 
-def rank_forward(model: torch.nn.Module) -> dict[str, Any]:
-    """Forward settings forced on a rank's update and π_old recompute (both must use the same, so the first PPO
-    ratio is exactly 1); merged over the run's own.
+def unwrap_ddp(model: Any) -> Any:
+    """The module inside a ``DistributedDataParallel`` wrapper; any other model unchanged (an FSDP2 module is the
+    HF module itself)."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
-    Both wrappers take the lean forward of :func:`drmas_train.model.logprobs.forward_logprobs`: the chunked LM head
-    runs inside the wrapper's forward (:func:`~drmas_train.model.logprobs.call_as_forward`), so FSDP2 all-gathers
-    the root's parameters and DDP arms its all-reduce around it. DDP also shares prompts. FSDP2 does not
-    (``share_prompts=False``): every per-layer FSDP2 module all-gathers its shard on each call, so the ranks of one
-    pass must call the layers equally often, but the shared-prompt forward calls each layer twice (prefix, then
-    the rows on its cache) only in micro-batches whose prompts repeat, and once in the others and in the idle
-    pass (the collectives would not line up); and in the backward a layer's prefix keys/values receive their
-    gradient through the cache after the layer's suffix post-backward has resharded its weights.
+
+def is_fsdp2(model: Any) -> bool:
+    """Whether ``model`` is an FSDP2 module (``fully_shard``); False on a torch without FSDP2 (< 2.6)."""
+    return FSDPModule is not None and isinstance(model, FSDPModule)
+
+
+def call_as_forward(model: torch.nn.Module, fn: Callable[[], Any]) -> Any:
+    """``fn()`` run as the forward of ``model`` (a DDP wrapper, an FSDP2 root, or a plain module).
+
+    ``model()`` is called with ``forward`` of the module it dispatches to (``model.module`` for DDP, else
+    ``model``) temporarily replaced by ``fn``, so every forward hook of the wrapper runs around ``fn``: FSDP2's root
+    pre-forward all-gathers the root's parameters (the embeddings, final norm and LM head that ``fn`` uses
+    directly) and its post-forward registers the pre-backward hooks on ``fn``'s output tensors (the root's
+    gradients are reduce-scattered by its post-backward callback); DDP's pre-forward runs and its post-forward
+    calls ``prepare_for_backward`` (without it a synchronising backward would not all-reduce). This is what
+    ``torch.distributed.fsdp.register_fsdp_forward_method`` does for FSDP2, in a form that also covers DDP.
+    ``fn`` must use every trainable parameter under DDP (``find_unused_parameters=False``), as the model's own
+    forward does.
 
     Returns:
-        ``{}`` (DDP, plain module) or ``{"share_prompts": False}`` (an FSDP2 module).
+        whatever ``fn`` returns (after the wrapper's post-forward, which may register hooks on its tensors).
     """
-    from drmas_train.model.logprobs import is_fsdp2
+    inner = unwrap_ddp(model)
+    shadowed = "forward" in vars(inner)
+    previous = vars(inner).get("forward")
+    inner.forward = lambda *args, **kwargs: fn()  # an instance attribute shadows the class's forward
+    try:
+        return model()
+    finally:
+        if shadowed:
+            inner.forward = previous
+        else:
+            del inner.forward
 
-    return {"share_prompts": False} if is_fsdp2(model) else {}
+
+def rank_forward(model: torch.nn.Module) -> Forward:
+    """How a rank's forwards reach the parameters of its wrapped ``model``: the plain path calls the wrapper, the
+    lean path runs as the wrapper's forward (:func:`call_as_forward`)."""
+    return Forward(module=unwrap_ddp(model), call=model, run=lambda fn: call_as_forward(model, fn))
 
 
-__all__ = ["rank_forward", "STRATEGIES", "resolve_strategy", "wrap_model", "unwrap_model", "dp_ppo_update"]
+def rank_settings(model: torch.nn.Module, settings: UpdateSettings) -> UpdateSettings:
+    """The run's update settings as a rank must use them, for its update and its π_old recompute alike (both must
+    use the same, so the first PPO ratio is exactly 1).
 
-#: accepted strategies (``auto`` resolves to one of the others).
-STRATEGIES = ("auto", "fsdp2", "ddp")
+    Both wrappers take the lean forward of :func:`drmas_train.model.logprobs.forward_logprobs` (the chunked LM head
+    inside the wrapper's forward, :func:`rank_forward`), so FSDP2 all-gathers the root's parameters and DDP arms its
+    all-reduce around it. DDP also shares prompts. FSDP2 does not (``share_prompts=False``): every per-layer FSDP2
+    module all-gathers its shard on each call, so the ranks of one pass must call the layers equally often, but the
+    shared-prompt forward calls each layer twice (prefix, then the rows on its cache) only in micro-batches whose
+    prompts repeat, and once in the others and in the idle pass (the collectives would not line up); and in the
+    backward a layer's prefix keys/values receive their gradient through the cache after the layer's suffix
+    post-backward has resharded its weights.
+    """
+    return settings.replace(share_prompts=False) if is_fsdp2(model) else settings
+
+
+__all__ = ["rank_forward", "rank_settings", "rank_hooks", "rank_passes", "resolve_strategy", "wrap_model",
+           "unwrap_ddp", "is_fsdp2", "call_as_forward", "dp_ppo_update"]
 
 
 def resolve_strategy(strategy: str, device_type: str) -> str:
@@ -69,9 +121,7 @@ def resolve_strategy(strategy: str, device_type: str) -> str:
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown distributed strategy {strategy!r}; accepted: {list(STRATEGIES)}")
-    try:
-        from torch.distributed.fsdp import fully_shard  # noqa: F401
-    except ImportError:
+    if fully_shard is None:
         if strategy == "fsdp2":
             raise ValueError(f"distributed.strategy=fsdp2 needs torch >= 2.6 (fully_shard); this is {torch.__version__}; "
                              "use ddp") from None  # fmt: skip
@@ -93,8 +143,6 @@ def wrap_model(model: torch.nn.Module, strategy: str, device: torch.device) -> t
     """
     model.to(device)
     if strategy == "fsdp2":
-        from torch.distributed.fsdp import fully_shard
-
         names = _layer_classes(model)
         for module in list(model.modules()):
             if type(module).__name__ in names:
@@ -102,18 +150,9 @@ def wrap_model(model: torch.nn.Module, strategy: str, device: torch.device) -> t
         fully_shard(model)
         return model
     if strategy == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
         ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
     raise ValueError(f"wrap_model: strategy must be 'fsdp2' or 'ddp', got {strategy!r}")
-
-
-def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The HF module inside a DDP wrapper (FSDP2 modules are the HF module itself)."""
-    from drmas_train.model.logprobs import unwrap_ddp
-
-    return unwrap_ddp(model)
 
 
 def _sync_context(model: torch.nn.Module, sync: bool):
@@ -127,41 +166,27 @@ def _sync_context(model: torch.nn.Module, sync: bool):
 
 def _idle_step(model: torch.nn.Module, pad_token_id: int) -> None:
     """A forward/backward with zero loss: joins the collectives of a micro-step without changing gradients."""
-    device = next(unwrap_model(model).parameters()).device
+    device = next(unwrap_ddp(model).parameters()).device
     out = model(input_ids=torch.full((1, 1), int(pad_token_id), device=device))
     (out.logits.float().sum() * 0.0).backward()
 
 
-def dp_ppo_update(
-    model: torch.nn.Module,
-    opt: ModelOptimizer,
-    samples: Sequence[Sample],
-    advantages: np.ndarray,
-    *,
-    rank: int,
-    world_size: int,
-    pad_token_id: int,
-    **update_kwargs: Any,
-) -> dict[str, float]:
-    """This rank's share of the PPO epochs of one model; every rank of the group must call it with the same data.
+def rank_passes(rank: int, world_size: int) -> Callable[[Sequence[Sequence[int]]], list[int | None]]:
+    """:attr:`UpdateHooks.passes` of rank ``rank`` of ``world_size``: micro-batches ``rank, rank + N, ...`` of the
+    plan, then ``None`` (a zero-loss pass) until every rank has made the same number of passes."""
 
-    It is :func:`drmas_train.algorithm.update.ppo_update` itself, with a :class:`~drmas_train.algorithm.update.RankShare`: the same
-    micro-batch plan on every rank, rank ``r`` running micro-batches ``r, r + N, ...`` (loss scaled by N so the
-    averaged gradient is the single-process sum), zero-loss passes for ranks with fewer, gradients reduced on the
-    mini-batch's last pass, and the metrics summed over ranks.
+    def passes(micros: Sequence[Sequence[int]]) -> list[int | None]:
+        rounds = -(-len(micros) // world_size)  # passes per rank: every rank joins every collective
+        return [k if (k := rank + r * world_size) < len(micros) else None for r in range(rounds)]
 
-    Args: as :func:`drmas_train.algorithm.update.ppo_update` (``update_kwargs``), plus ``rank`` / ``world_size`` of the default
-        process group.
+    return passes
 
-    Returns:
-        the metrics of :func:`drmas_train.algorithm.update.ppo_update`, reduced over ranks (identical on every rank).
 
-    Raises:
-        ValueError: as :func:`drmas_train.algorithm.update.ppo_update`.
-    """
-    import torch.distributed as dist
-
-    from drmas_train.algorithm.update import RankShare, ppo_update
+def rank_hooks(model: torch.nn.Module, *, rank: int, world_size: int, pad_token_id: int) -> UpdateHooks:
+    """The :class:`~drmas_train.algorithm.update.UpdateHooks` of one rank of the default process group: its
+    micro-batches (:func:`rank_passes`), gradients averaged over ``world_size`` ranks and synchronised on a
+    mini-batch's last pass (``set_requires_gradient_sync`` / ``no_sync``), zero-loss idle passes, metrics summed over
+    ranks (``all_gather_object``) and an ``"auto"`` budget agreed as the ranks' minimum (``all_reduce``)."""
 
     def reduce(sums: dict[str, float], weight: float) -> tuple[dict[str, float], float]:
         gathered: list[Any] = [None] * world_size
@@ -177,7 +202,40 @@ def dp_ppo_update(
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return int(t.item())
 
-    share = RankShare(rank=rank, world_size=world_size, sync=lambda last: _sync_context(model, sync=last),
-                      idle_step=lambda: _idle_step(model, pad_token_id), reduce=reduce, agree_budget=agree_budget)  # fmt: skip
-    update_kwargs = {**update_kwargs, **rank_forward(model)}
-    return ppo_update(model, opt, samples, advantages, pad_token_id=pad_token_id, share=share, **update_kwargs)
+    return UpdateHooks(forward=rank_forward(model), passes=rank_passes(rank, world_size), average_over=world_size,
+                       sync=lambda last: _sync_context(model, sync=last), idle_pass=lambda: _idle_step(model, pad_token_id),
+                       reduce=reduce, agree_budget=agree_budget)  # fmt: skip
+
+
+def dp_ppo_update(
+    model: torch.nn.Module,
+    opt: ModelOptimizer,
+    samples: Sequence[Sample],
+    advantages: np.ndarray,
+    settings: UpdateSettings,
+    *,
+    rank: int,
+    world_size: int,
+    pad_token_id: int,
+    ref_model: Any = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """This rank's share of the PPO epochs of one model; every rank of the group must call it with the same data.
+
+    It is :func:`drmas_train.algorithm.update.ppo_update` itself with this rank's :func:`rank_hooks` and
+    :func:`rank_settings`: the same micro-batch plan on every rank, rank ``r`` running micro-batches ``r, r + N, ...``
+    (loss scaled by N so the averaged gradient is the single-process sum), zero-loss passes for ranks with fewer,
+    gradients reduced on the mini-batch's last pass, and the metrics summed over ranks.
+
+    Args: as :func:`drmas_train.algorithm.update.ppo_update`, plus ``rank`` / ``world_size`` of the default process
+        group.
+
+    Returns:
+        the metrics of :func:`drmas_train.algorithm.update.ppo_update`, reduced over ranks (identical on every rank).
+
+    Raises:
+        ValueError: as :func:`drmas_train.algorithm.update.ppo_update`.
+    """
+    hooks = rank_hooks(model, rank=rank, world_size=world_size, pad_token_id=pad_token_id)
+    return ppo_update(model, opt, samples, advantages, rank_settings(model, settings), pad_token_id=pad_token_id,
+                      ref_model=ref_model, seed=seed, hooks=hooks)  # fmt: skip

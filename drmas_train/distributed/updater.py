@@ -1,4 +1,4 @@
-"""``RayUpdater``: the trainer's updater seam (:mod:`drmas_train.run.updater`) over Ray worker groups.
+"""``RayUpdater``: the trainer's updater seam (``drmas_train.run.updater``) over Ray worker groups.
 
 :meth:`RayUpdater.build` starts or joins Ray (:func:`~drmas_train.distributed.cluster.init_ray`), sizes one
 :class:`~drmas_train.distributed.resource_pool.ResourcePool`, starts one
@@ -13,13 +13,13 @@ and training run in the workers, the weights move rank 0 -> object store -> gene
 Face export of a checkpoint is written by rank 0. The driver loads each trainable model once at start-up (the
 pool is built before the groups) and frees it before the first rollout.
 
-Checkpoints (same atomic directory as the single-process path, :mod:`drmas_train.run.checkpoint`)::
+Its part of a checkpoint (the run writes the atomic directory, ``drmas_train.run.checkpoint``)::
 
     models/<model_id>/      HF format (save_pretrained), written by rank 0 from the gathered full state dict:
                             drmas eval --model loads it
     sharded/<model_id>/     torch.distributed.checkpoint of every rank's model + optimizer shard, and the
                             LR schedule (what --resume restores)
-    trainer_state.pt, config.yaml
+    trainer_state.pt, config.yaml   (the run's own part)
 """
 
 from __future__ import annotations
@@ -28,18 +28,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import ray
 
+from drmas_train.algorithm.config import OptimConfig
+from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.distributed.backend import RayBackend
-from drmas_train.distributed.cluster import DistributedError, init_ray
+from drmas_train.distributed.cluster import init_ray
+from drmas_train.distributed.config import DistributedConfig
+from drmas_train.distributed.errors import DistributedError
 from drmas_train.distributed.resource_pool import ResourcePool, plan_world_sizes
 from drmas_train.distributed.worker_group import WorkerGroup
-from drmas_train.run.config import ConfigError, TrainConfig
-from drmas_train.run.updater import update_kwargs
+from drmas_train.errors import ConfigError
 
 __all__ = ["RayUpdater", "DistributedError", "vllm_engine_kwargs", "release_driver_weights", "driver_parameter_count"]
 
 
-def vllm_engine_kwargs(cfg: TrainConfig, n_models: int) -> dict[str, Any]:
+def vllm_engine_kwargs(dist: DistributedConfig, n_models: int, *, seed: int, max_model_len: int) -> dict[str, Any]:
     """``vllm.LLM`` arguments of every vLLM generation engine of a run with ``n_models`` trainable models.
 
     ``gpu_memory_utilization``: ``distributed.vllm_gpu_memory_utilization`` split evenly between the colocated
@@ -48,10 +52,9 @@ def vllm_engine_kwargs(cfg: TrainConfig, n_models: int) -> dict[str, Any]:
     ``langfengQ/DrMAS verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py:126``); then ``distributed.vllm_kwargs``
     (which override these).
     """
-    d = cfg.distributed
-    per_gpu = n_models if d.colocate else 1
-    return {"gpu_memory_utilization": d.vllm_gpu_memory_utilization / per_gpu, "seed": cfg.seed,
-            "max_model_len": cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens, **d.vllm_kwargs}  # fmt: skip
+    per_gpu = n_models if dist.colocate else 1
+    return {"gpu_memory_utilization": dist.vllm_gpu_memory_utilization / per_gpu, "seed": seed,
+            "max_model_len": max_model_len, **dist.vllm_kwargs}  # fmt: skip
 
 
 def release_driver_weights(loaded: Any) -> None:
@@ -74,35 +77,44 @@ def driver_parameter_count(pool: Any, model_ids: list[str]) -> int:
 
 
 class RayUpdater:
-    """PPO updates on Ray worker groups (``distributed.enabled: true``); same methods as
-    :class:`drmas_train.run.updater.LocalUpdater`.
+    """PPO updates on Ray worker groups (``distributed.enabled: true``); same methods as the single-process
+    ``LocalUpdater`` (``drmas_train.run.updater``).
 
     Args:
-        cfg: the run's config. pool: the driver's :class:`~drmas_train.model.assignment.ModelPool` (trainable models
-        on the ``meta`` device: tokenizer and config only). groups: ``model_id -> WorkerGroup``. resources: the pool.
-        owns_ray: shut Ray down in :meth:`close` (it was started here).
+        settings: the run's update settings. dist: the ``distributed`` section. pool: the driver's
+        :class:`~drmas_train.model.assignment.ModelPool` (trainable models on the ``meta`` device: tokenizer and
+        config only). groups: ``model_id -> WorkerGroup``. resources: the pool. owns_ray: shut Ray down in
+        :meth:`close` (it was started here).
     """
 
-    def __init__(self, cfg: TrainConfig, pool: Any, groups: dict[str, WorkerGroup], resources: ResourcePool,
-                 *, owns_ray: bool = False, group_args: dict[str, tuple[tuple, dict]] | None = None) -> None:  # fmt: skip
-        self.cfg, self.pool, self.groups, self.resources, self.owns_ray = cfg, pool, groups, resources, owns_ray
+    def __init__(self, settings: UpdateSettings, dist: DistributedConfig, pool: Any, groups: dict[str, WorkerGroup],
+                 resources: ResourcePool | None, *, owns_ray: bool = False,
+                 group_args: dict[str, tuple[tuple, dict]] | None = None) -> None:  # fmt: skip
+        self.settings, self.dist, self.pool, self.groups, self.resources = settings, dist, pool, groups, resources
+        self.owns_ray = owns_ray
         self.group_args = dict(group_args or {})  # model_id -> WorkerGroup (args, kwargs), to rebuild a group
-        self.last_checkpoint: Path | None = None  # the latest complete checkpoint written or loaded by this run
         self.training_restarts = 0  # training groups rebuilt from a checkpoint (at most distributed.max_restarts)
         self._failed: str | None = None  # model whose training rank died in the last update
+        self._reissued = {mid: 0 for mid in groups}  # calls re-issued after engine faults, as of the last update
 
     @classmethod
-    def build(cls, cfg: TrainConfig, pool: Any, model_ids: list[str], *, loader: Any = None,
+    def build(cls, settings: UpdateSettings, dist: DistributedConfig, optim: OptimConfig, pool: Any,
+              model_ids: list[str], *, seed: int, max_model_len: int, loader: Any = None,
               backend_kwargs: dict[str, Any] | None = None) -> RayUpdater:  # fmt: skip
         """Start the worker groups of ``model_ids`` and route their generation through them.
 
+        Args:
+            settings: the run's update settings. dist: the ``distributed`` section. optim: the ``optim`` section
+                (AdamW of every rank; per-model ``lr`` / ``weight_decay`` overrides come from each model's spec).
+            pool: the driver's model pool. model_ids: the trainable models. seed: the run's seed.
+            max_model_len: prompt + response token limit of one call (vLLM engines).
+            loader, backend_kwargs: passed to the workers (tests inject tiny models).
+
         Raises:
             ConfigError: the cluster cannot hold the requested world sizes.
-            DistributedError: Ray is missing or a group failed to start.
+            DistributedError: a group failed to start.
         """
-        import ray
-
-        d = cfg.distributed
+        d = dist
         owns = not ray.is_initialized()
         resources = init_ray(d.address, dashboard=d.dashboard)
         if d.devices_per_node > 0:
@@ -124,15 +136,16 @@ class RayUpdater:
         share = 2 * len(model_ids) if d.colocate else 2
         groups: dict[str, WorkerGroup] = {}
         group_args: dict[str, tuple[tuple, dict]] = {}
-        vllm_kwargs = vllm_engine_kwargs(cfg, len(model_ids)) if d.generation_engine == "vllm" else None
-        o = cfg.optim
+        vllm_kwargs = None
+        if d.generation_engine == "vllm":
+            vllm_kwargs = vllm_engine_kwargs(d, len(model_ids), seed=seed, max_model_len=max_model_len)
         try:
             for mid in model_ids:
                 spec = pool.models[mid].spec
-                optim_kwargs = {"lr": spec.optimizer.get("lr", o.lr), "weight_decay": spec.optimizer.get("weight_decay", o.weight_decay),
-                                "betas": o.betas, "warmup_steps": o.warmup_steps, "grad_clip": o.grad_clip}  # fmt: skip
+                optim_kwargs = {"lr": spec.optimizer.get("lr", optim.lr), "weight_decay": spec.optimizer.get("weight_decay", optim.weight_decay),
+                                "betas": optim.betas, "warmup_steps": optim.warmup_steps, "grad_clip": optim.grad_clip}  # fmt: skip
                 group_args[mid] = ((mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate)), dict(
-                    share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(cfg.algorithm.kl_coef),
+                    share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(settings.loss.kl_coef),
                     strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
                     engine=d.generation_engine, engine_kwargs=vllm_kwargs, sleep_level=d.vllm_sleep_level,
                 ))  # fmt: skip
@@ -141,14 +154,19 @@ class RayUpdater:
                                                 chat_template_kwargs=spec.chat_template_kwargs)  # fmt: skip
                 release_driver_weights(pool.models[mid])  # the group holds them now
         except BaseException:
-            cls(cfg, pool, groups, rpool, owns_ray=owns).close()
+            cls(settings, d, pool, groups, rpool, owns_ray=owns).close()
             raise
-        return cls(cfg, pool, groups, rpool, owns_ray=owns, group_args=group_args)
+        return cls(settings, d, pool, groups, rpool, owns_ray=owns, group_args=group_args)
 
     @property
     def model_ids(self) -> list[str]:
         """Trainable model ids."""
         return list(self.groups)
+
+    def start_iteration(self, iteration: int) -> None:
+        """Name the iteration in fault messages of the generation engines."""
+        for group in self.groups.values():
+            group.engines.context = f"iteration {iteration}"
 
     def update(self, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
         """One PPO update per worker group on its model's samples. Colocated groups take turns; groups on
@@ -159,20 +177,21 @@ class RayUpdater:
         while any model trains on the shared GPUs (sleep -> updates -> wake_up + load_weights).
 
         Returns:
-            ``loss/<model_id>/<metric>``, as :meth:`LocalUpdater.update`.
+            ``loss/<model_id>/<metric>``, as the single-process updater's, plus per model
+            ``dist/<model_id>/generation_restarts`` (engine faults so far in the run) and
+            ``dist/<model_id>/reissued_calls`` (calls re-issued after faults since the last update).
 
         Raises:
             DistributedError: a training rank died (see :meth:`recover`).
         """
-        metrics, kwargs, pending = {}, update_kwargs(self.cfg), {}
-        colocate = self.cfg.distributed.colocate
+        metrics, pending = {}, {}
+        colocate = self.dist.colocate
         if colocate:  # shared GPUs: every engine releases its memory before any group trains
             for group in self.groups.values():
-                group.sleep_engines()
+                group.engines.sleep()
         for model_id, group in self.groups.items():
             idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
-            pending[model_id] = group.start_update([samples[i] for i in idx], adv[idx], seed, kwargs,
-                                                    self.cfg.algorithm.recompute_old_logprobs)
+            pending[model_id] = group.start_update([samples[i] for i in idx], adv[idx], seed, self.settings)
             if colocate:  # shared bundles: one group at a time; weights pushed once all groups trained
                 metrics.update(self._finish(model_id, pending.pop(model_id), publish=False))
         for model_id, refs in pending.items():
@@ -180,6 +199,11 @@ class RayUpdater:
         if colocate:
             for model_id in self.groups:
                 self._finish(model_id, None)
+        for model_id, group in self.groups.items():  # faults of the engines since the last update
+            engines = group.engines
+            metrics[f"dist/{model_id}/generation_restarts"] = float(engines.restarts)
+            metrics[f"dist/{model_id}/reissued_calls"] = float(engines.reissued_calls - self._reissued.get(model_id, 0))
+            self._reissued[model_id] = engines.reissued_calls
         return metrics
 
     def _finish(self, model_id: str, refs: list[Any] | None, *, publish: bool = True) -> dict[str, float]:
@@ -189,73 +213,54 @@ class RayUpdater:
             out = group.finish_update(refs, publish=publish) if refs is not None else {}
             if refs is None:
                 group.publish()
-        except DistributedError as err:
+        except DistributedError:
             self._failed = model_id
-            where = (f"the latest complete checkpoint is {self.last_checkpoint}" if self.last_checkpoint else
-                     "no checkpoint was written yet (set run.save_every to checkpoint more often)")  # fmt: skip
-            raise DistributedError(f"{err}; {where}") from err
+            raise
         return {f"loss/{model_id}/{k}": v for k, v in out.items()}
 
-    def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int,
-             extra: dict[str, Any] | None = None) -> Path:
-        """Atomic checkpoint: every rank's sharded model + optimizer, and the HF weights written by rank 0
-        (``extra``: the trainer's own state, as :func:`drmas_train.run.checkpoint.save_checkpoint`)."""
-        from drmas_train.run.checkpoint import save_checkpoint
+    def write_state(self, folder: Path) -> None:
+        """Every rank's sharded model + optimizer (``sharded/<model_id>/``) and the HF weights written by rank 0
+        (``models/<model_id>/``) into a checkpoint folder."""
+        for mid, group in self.groups.items():
+            group.save(Path(folder) / "sharded" / mid)
+            group.save_hf(Path(folder) / "models" / mid)
 
-        def write_sharded(tmp: Path) -> None:
-            for mid, group in self.groups.items():
-                group.save(tmp / "sharded" / mid)
-                group.save_hf(tmp / "models" / mid)
-
-        self.last_checkpoint = save_checkpoint(ckpt_root, iteration, models={}, optimizers={}, sampler_state=sampler_state,
-                                               config_yaml=config_yaml, keep=keep, extra=extra,
-                                               write_extra=write_sharded)  # fmt: skip
-        return self.last_checkpoint
-
-    def load(self, path: Path) -> dict[str, Any]:
-        """Restore every group from ``path/sharded/<model_id>`` (and the driver's RNG states).
+    def read_state(self, folder: Path) -> None:
+        """Restore every group from ``folder/sharded/<model_id>`` and push the weights to its engines.
 
         Raises:
             FileNotFoundError: the checkpoint has no sharded state for a model (not written by a distributed run).
         """
-        from drmas_train.run.checkpoint import load_checkpoint
-
-        path = Path(path)
+        folder = Path(folder)
         for mid in self.groups:
-            if not (path / "sharded" / mid).is_dir():
-                raise FileNotFoundError(f"checkpoint {path} has no sharded/{mid}/: it was not written with "
+            if not (folder / "sharded" / mid).is_dir():
+                raise FileNotFoundError(f"checkpoint {folder} has no sharded/{mid}/: it was not written with "
                                         "distributed.enabled=true; resume it without distributed")  # fmt: skip
-        state = load_checkpoint(path, models={}, optimizers={})  # trainer state + RNG; the weights live in the groups
         for mid, group in self.groups.items():
-            group.load(path / "sharded" / mid)
-        self.last_checkpoint = path
-        return state
+            group.load(folder / "sharded" / mid)
 
-    def recover(self, err: DistributedError) -> dict[str, Any]:
-        """After a training rank died in :meth:`update`: rebuild that model's group on its bundles and restore
-        every group (and the driver's RNG states) from the latest complete checkpoint.
-
-        Returns:
-            the checkpoint's trainer state (``{"iteration", "sampler", ...}``): the trainer rewinds to it.
+    def recover(self, err: DistributedError, checkpoint: Path | None) -> None:
+        """After a training rank died in :meth:`update`: rebuild that model's group on its bundles and restore every
+        group from ``checkpoint`` (the run's latest complete one); the trainer then rewinds to it.
 
         Raises:
-            DistributedError: ``err`` again when there is no checkpoint yet, no training rank failed, or
-                ``distributed.max_restarts`` groups were already rebuilt in this run.
+            DistributedError: ``err`` again, saying where to resume from, when there is no checkpoint yet, no training
+                rank failed, or ``distributed.max_restarts`` groups were already rebuilt in this run.
         """
-        if self._failed is None or self.last_checkpoint is None or self.training_restarts >= self.cfg.distributed.max_restarts:
-            raise err
+        if self._failed is None or checkpoint is None or self.training_restarts >= self.dist.max_restarts:
+            where = (f"the latest complete checkpoint is {checkpoint}" if checkpoint is not None else
+                     "no checkpoint was written yet (set run.save_every to checkpoint more often)")  # fmt: skip
+            raise DistributedError(f"{err}; {where}") from err
         mid, self._failed = self._failed, None
         self.training_restarts += 1
         self.groups[mid].close()
         args, kwargs = self.group_args[mid]
         self.groups[mid] = WorkerGroup(*args, **kwargs)
         self.pool.backends[mid].group = self.groups[mid]
-        return self.load(self.last_checkpoint)
+        self.read_state(checkpoint)
 
     def close(self) -> None:
         """Stop the worker groups, free the pool, and stop Ray if this updater started it."""
-        import ray
-
         for group in self.groups.values():
             group.close()
         self.groups = {}
@@ -264,4 +269,3 @@ class RayUpdater:
             self.resources = None
         if self.owns_ray and ray.is_initialized():
             ray.shutdown()
-

@@ -13,13 +13,32 @@ worker group turns them into actors with ``ray.remote``).
 
 from __future__ import annotations
 
+import copy
 import os
 import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import ray
 import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
+from drmas_train.algorithm.optim import build_optimizer
+from drmas_train.algorithm.settings import UpdateSettings
+from drmas_train.algorithm.update import ppo_update
+from drmas_train.backends.hf import HFBackend
+from drmas_train.distributed.checkpoint import load_sharded, save_sharded
+from drmas_train.distributed.data_parallel import (
+    rank_hooks,
+    rank_settings,
+    resolve_strategy,
+    unwrap_ddp,
+    wrap_model,
+)
+from drmas_train.model.models import load_model
 
 __all__ = ["TrainWorker", "GenerationWorker", "StaleWeightsError", "worker_device"]
 
@@ -34,8 +53,6 @@ def worker_device(use_gpu: bool) -> torch.device:
 
 
 def _load(loader: Callable | None, spec: Any, model_id: str) -> Any:
-    from drmas_train.model.models import load_model
-
     return (loader or load_model)(spec, model_id)
 
 
@@ -60,15 +77,11 @@ class TrainWorker:
         self.spec, self.model_id, self.rank, self.world_size = spec, model_id, rank, world_size
         self.loader, self.optim_kwargs, self.kl = loader, dict(optim_kwargs or {}), kl
         self.device = worker_device(use_gpu)
-        from drmas_train.distributed.data_parallel import resolve_strategy
-
         self.strategy = resolve_strategy(strategy, self.device.type)
         self.model = self.opt = self.ref = self.tokenizer = None
 
     def address(self) -> tuple[str, int]:
         """(node ip, a free TCP port) for the process group's rendezvous (asked of rank 0)."""
-        import ray
-
         with socket.socket() as s:
             s.bind(("", 0))
             port = s.getsockname()[1]
@@ -76,11 +89,6 @@ class TrainWorker:
 
     def setup(self, master_addr: str, master_port: int) -> str:
         """Join the process group, load the model, shard/wrap it, build the optimizer. Returns the strategy."""
-        import torch.distributed as dist
-
-        from drmas_train.algorithm.optim import build_optimizer
-        from drmas_train.distributed.data_parallel import wrap_model
-
         os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         if self.device.type == "cuda":
@@ -89,42 +97,33 @@ class TrainWorker:
         loaded = _load(self.loader, self.spec, self.model_id)
         self.tokenizer = loaded.tokenizer
         if self.kl:
-            import copy
-
             self.ref = copy.deepcopy(loaded.model).to(self.device).eval().requires_grad_(False)
         self.model = wrap_model(loaded.model, self.strategy, self.device)
         self.opt = build_optimizer(self.model_id, self.model, **self.optim_kwargs)
         return self.strategy
 
-    def update(self, samples: Sequence[Any], advantages: np.ndarray, seed: int, update_kwargs: dict[str, Any],
-               recompute_old_logprobs: bool = False) -> dict[str, float]:
-        """This rank's part of the PPO update (:func:`~drmas_train.distributed.data_parallel.dp_ppo_update`), after
-        recomputing π_old with the training model when asked
-        (:func:`~drmas_train.algorithm.old_logprobs.old_logprobs_for_update`; every rank recomputes the same samples)."""
-        from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
-        from drmas_train.distributed.data_parallel import dp_ppo_update, rank_forward
-        from drmas_train.run.updater import for_device
-
-        pad, kwargs = self.tokenizer.pad_token_id, for_device(update_kwargs, self.device)
-        kwargs.update(rank_forward(self.model))  # the recompute's forwards are the update's (dp_ppo_update's too)
-        samples, drift = old_logprobs_for_update(self.model, samples, advantages, recompute=recompute_old_logprobs,
-                                                 pad_token_id=pad, update_kwargs=kwargs)  # fmt: skip
-        out = dp_ppo_update(self.model, self.opt, samples, advantages, rank=self.rank, world_size=self.world_size,
-                            pad_token_id=pad, ref_model=self.ref, seed=seed, **kwargs)  # fmt: skip
+    def update(self, samples: Sequence[Any], advantages: np.ndarray, seed: int, settings: UpdateSettings) -> dict[str, float]:
+        """This rank's part of the PPO update (:func:`~drmas_train.algorithm.update.ppo_update` with the rank's
+        :func:`~drmas_train.distributed.data_parallel.rank_hooks`), after recomputing π_old with the training model
+        when ``settings.recompute_old_logprobs`` (:func:`~drmas_train.algorithm.old_logprobs.old_logprobs_for_update`;
+        every rank recomputes the same samples, with the update's forward and micro-batches)."""
+        pad = self.tokenizer.pad_token_id
+        settings = rank_settings(self.model, settings)
+        hooks = rank_hooks(self.model, rank=self.rank, world_size=self.world_size, pad_token_id=pad)
+        samples, drift = old_logprobs_for_update(hooks.forward, samples, advantages, settings, pad_token_id=pad,
+                                                 agree_budget=hooks.agree_budget)  # fmt: skip
+        out = ppo_update(self.model, self.opt, samples, advantages, settings, pad_token_id=pad, ref_model=self.ref,
+                         seed=seed, hooks=hooks)  # fmt: skip
         return {**drift, **out}
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Collective: the full (unsharded) CPU state dict on rank 0, ``{}`` on the other ranks."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
         state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return state if self.rank == 0 else {}
 
     def publish_weights(self) -> list[Any]:
         """Collective: rank 0 puts the full state dict in Ray's object store and returns ``[its ObjectRef]`` (a
         small reply the driver can wait on; the weights never pass through the driver); other ranks ``[]``."""
-        import ray
-
         state = self.full_state_dict()
         return [ray.put(state)] if self.rank == 0 else []
 
@@ -132,24 +131,18 @@ class TrainWorker:
         """Collective: rank 0 writes the current weights as a Hugging Face folder (``save_pretrained`` of the full
         state dict + the tokenizer) at ``path``, the folder ``drmas eval --model`` and ``load_model`` read; the
         other ranks only join the gather. The driver never holds the weights."""
-        from drmas_train.distributed.data_parallel import unwrap_model
-
         state = self.full_state_dict()
         if self.rank == 0:
-            unwrap_model(self.model).save_pretrained(path, state_dict=state)
+            unwrap_ddp(self.model).save_pretrained(path, state_dict=state)
             self.tokenizer.save_pretrained(path)
 
     def save(self, path: str) -> None:
         """Collective: sharded checkpoint of the model and its :class:`~drmas_train.algorithm.optim.ModelOptimizer` (AdamW state,
         LR schedule, skip counter) under ``path`` (:func:`drmas_train.distributed.checkpoint.save_sharded`, DCP, atomic)."""
-        from drmas_train.distributed.checkpoint import save_sharded
-
         save_sharded(self.model, self.opt, path)
 
     def load(self, path: str) -> None:
         """Collective: inverse of :meth:`save`."""
-        from drmas_train.distributed.checkpoint import load_sharded
-
         load_sharded(self.model, self.opt, path)
 
     def pid(self) -> int:
@@ -157,8 +150,6 @@ class TrainWorker:
         return os.getpid()
 
     def shutdown(self) -> None:
-        import torch.distributed as dist
-
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -174,8 +165,6 @@ class GenerationWorker:
 
     def __init__(self, spec: Any, model_id: str, *, loader: Callable | None = None, threads: int = 1,
                  use_gpu: bool = False, backend_kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
-        from drmas_train.backends.hf import HFBackend
-
         torch.set_num_threads(max(int(threads), 1))
         loaded = _load(loader, spec, model_id)
         loaded.model.to(worker_device(use_gpu))

@@ -75,7 +75,7 @@ class EvalConfig:
         agent_models: per-agent overrides ``{agent_id: model}`` (``llm``); a model is a name/path or a dict of
             :class:`~drmas_train.model.models.ModelSpec` fields (e.g. ``{"name_or_path": "tiny-qwen3", "seed": 1,
             "model_id": "tiny-b"}`` for a second, separate copy).
-        backend: LLM backend: ``"hf"`` or ``"vllm"`` (local models, :func:`~drmas_train.model.assignment.build_models`)
+        backend: LLM backend: ``"hf"`` or ``"vllm"`` (local models, :func:`~drmas_train.backends.factory.build_models`)
             or ``"openai"`` (an OpenAI-compatible server at ``base_url``; model names are the server's).
         base_url: the server's base URL (``"openai"`` only), e.g. ``"http://127.0.0.1:8000/v1"``.
         temperature, top_p, top_k, max_new_tokens: sampling (reference validation: 0.6, 0.95, off).
@@ -328,7 +328,7 @@ class _LLMPlayer:
         )
 
     def pool(self, target: _Target) -> Any:
-        from drmas_train.model.assignment import build_models
+        from drmas_train.backends.factory import build_models
 
         if target.agents not in self.pools:
             agents = list(target.agents)

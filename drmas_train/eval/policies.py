@@ -74,7 +74,7 @@ class LLMPolicy:
             name_or_path: ``hf`` / ``vllm``: a named offline model, local path or HF id
                 (:func:`drmas_train.model.models.load_model`); ``openai``: the model name the server serves.
             backend: ``hf`` (transformers in this process, CPU/GPU), ``vllm`` (an in-process vLLM engine) or
-                ``openai`` (any OpenAI-compatible server at ``base_url``, e.g. ``drmas_train.backends.openai_server``
+                ``openai`` (any OpenAI-compatible server at ``base_url``, e.g. ``drmas serve``
                 or ``vllm serve``).
             base_url: the server's ``/v1`` URL (``openai`` only; required there), e.g. ``http://127.0.0.1:8000/v1``.
             backend_kwargs: more keyword arguments of the backend class (:class:`~drmas_train.backends.hf.HFBackend`,
@@ -98,7 +98,7 @@ class LLMPolicy:
             return cls(OpenAIBackend(base_url, name_or_path, **kwargs), params, progress=progress)
         if base_url is not None:
             raise ValueError(f"base_url is only for backend='openai', got backend={backend!r}")
-        from drmas_train.model.assignment import make_backend
+        from drmas_train.backends.factory import make_backend
         from drmas_train.model.models import load_model
 
         return cls(make_backend(load_model(name_or_path), backend, **kwargs), params, progress=progress)

@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from drmas_train.backends.base import LOCAL_BACKENDS
-from drmas_train.model.models import LoadedModel, ModelSpec, load_model
+from drmas_train.model.models import LoadedModel, ModelSpec
 
 __all__ = [
     "AgentAssignment",
     "ModelPool",
-    "build_models",
-    "make_backend",
     "check_agents",
     "agent_mismatch",
     "AssignmentError",
@@ -193,68 +190,3 @@ class ModelPool:
     def validate(self, env_agents: Sequence[str], env_name: str = "the env") -> None:
         """Same checks as :meth:`AgentAssignment.validate` on the loaded pool."""
         check_agents(self.agent_model_ids, env_agents, env_name)
-
-
-def make_backend(loaded: LoadedModel, kind: str = "hf", **kwargs: Any) -> Any:
-    """A backend of ``kind`` (``"hf"`` or ``"vllm"``) over a loaded model.
-
-    Raises:
-        ValueError: an unknown kind.
-    """
-    if kind == "hf":
-        from drmas_train.backends.hf import HFBackend
-
-        return HFBackend.from_loaded(loaded, **kwargs)
-    if kind == "vllm":
-        from drmas_train.backends.vllm import VLLMBackend
-
-        return VLLMBackend.from_loaded(loaded, **kwargs)
-    raise ValueError(
-        f"unknown backend {kind!r}; accepted: {', '.join(map(repr, LOCAL_BACKENDS))} (or pass a callable LoadedModel -> Backend)"
-    )
-
-
-def build_models(
-    agent_models: Mapping[str, ModelSpec | str | dict[str, Any]] | AgentAssignment,
-    *,
-    share: bool = True,
-    env_agents: Sequence[str] | None = None,
-    backend: str | Callable[[LoadedModel], Any] = "hf",
-    backend_kwargs: Mapping[str, Any] | None = None,
-    loader: Callable[[ModelSpec, str], LoadedModel] = load_model,
-) -> ModelPool:
-    """Load each distinct model once and build one backend per model.
-
-    Args:
-        agent_models: ``agent_id -> model`` (spec, name/path or dict; ``"*"`` = default), or an assignment.
-        share: see :class:`AgentAssignment` (ignored when an assignment is given).
-        env_agents: the env's ``possible_agents``; when given the assignment is validated (and ``"*"`` expanded)
-            before any model loads.
-        backend: ``"hf"``, ``"vllm"`` or a callable ``LoadedModel -> Backend``.
-        backend_kwargs: extra keyword arguments for the backend.
-        loader: ``(spec, model_id) -> LoadedModel`` (tests inject fakes).
-
-    Raises:
-        AssignmentError: see :meth:`AgentAssignment.validate` and :meth:`AgentAssignment.model_ids`.
-    """
-    assignment = (
-        agent_models
-        if isinstance(agent_models, AgentAssignment)
-        else AgentAssignment.from_mapping(agent_models, share=share)
-    )
-    if env_agents is not None:
-        assignment = assignment.expand(env_agents)
-    ids = assignment.model_ids()
-    models: dict[str, LoadedModel] = {}
-    backends: dict[str, Any] = {}
-    for agent, model_id in ids.items():
-        if model_id in models:
-            continue
-        loaded = loader(assignment.agent_specs[agent], model_id)
-        models[model_id] = loaded
-        backends[model_id] = (
-            backend(loaded)
-            if callable(backend)
-            else make_backend(loaded, backend, **dict(backend_kwargs or {}))
-        )
-    return ModelPool(models, backends, ids)

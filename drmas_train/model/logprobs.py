@@ -14,80 +14,53 @@ Two savings over a plain ``model(...).logits`` forward, both exact up to float r
   the distinct prompts but their last token run in one forward whose key/value cache, with its autograd graph,
   is repeated for the rows, and each row runs ``[last prompt token] + response[:-1]`` on top of it. Gradients
   reach the shared prompt through the cache (summed over the rows, as in the unshared forward). This is the
-  update-side twin of the rollout's prefix sharing (:mod:`drmas_train.backends.prefill`).
+  update-side twin of the rollout's prefix sharing (:mod:`drmas_train.model.prefill`).
 
-**Data-parallel wrappers.** ``model`` may be a DDP wrapper or an FSDP2 root (``fully_shard``). Both paths call the
-decoder and the LM head directly, which would bypass the wrapper's own forward: FSDP2's root pre-forward hook that
-all-gathers the root's parameters (embeddings, final norm, LM head) and its pre-backward hooks, and DDP's
-``prepare_for_backward`` that arms the gradient all-reduce. So the whole lean computation runs *as the wrapper's
-forward* (:func:`call_as_forward`): the hooks fire around it exactly as they do around ``model(...)``.
+**Wrappers.** A model trained by several processes at once sits inside a wrapper whose forward hooks must run
+around every use of its parameters (gradient synchronisation, gathering sharded weights). The lean path calls the
+decoder and the LM head directly, which would bypass them; so the caller passes a :class:`Forward` that says how a
+forward reaches the parameters: the wrapper's own forward for the plain path, and a ``run(fn)`` that runs the lean
+computation *as* the wrapper's forward. Built for DDP and FSDP2 in :mod:`drmas_train.distributed.data_parallel`;
+a plain model needs none (:meth:`Forward.of`).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from drmas_train.model.lm_head import chunked_token_logprobs
 
-__all__ = ["forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts",
-           "call_as_forward", "unwrap_ddp", "is_fsdp2"]
+__all__ = ["Forward", "forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts"]
 
 
-def unwrap_ddp(model: Any) -> Any:
-    """The module inside a ``DistributedDataParallel`` wrapper; any other model unchanged (an FSDP2 module is the
-    HF module itself)."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    return model.module if isinstance(model, DistributedDataParallel) else model
+def _direct(fn: Callable[[], Any]) -> Any:
+    return fn()
 
 
-def is_fsdp2(model: Any) -> bool:
-    """Whether ``model`` is an FSDP2 module (``fully_shard``); False on a torch without FSDP2 (< 2.6)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:
-        return False
-    return isinstance(model, FSDPModule)
+@dataclass(frozen=True)
+class Forward:
+    """How a forward pass reaches a model's parameters (see the module docstring).
 
-
-def _is_parallel_wrapper(model: Any) -> bool:
-    """A DDP wrapper or an FSDP2 module (``fully_shard``): its forward hooks must run around the computation."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    return isinstance(model, DistributedDataParallel) or is_fsdp2(model)
-
-
-def call_as_forward(model: torch.nn.Module, fn: Callable[[], Any]) -> Any:
-    """``fn()`` run as the forward of ``model`` (a DDP wrapper, an FSDP2 root, or a plain module).
-
-    ``model()`` is called with ``forward`` of the module it dispatches to (``model.module`` for DDP, else
-    ``model``) temporarily replaced by ``fn``, so every forward hook of the wrapper runs around ``fn``: FSDP2's root
-    pre-forward all-gathers the root's parameters (the embeddings, final norm and LM head that ``fn`` uses
-    directly) and its post-forward registers the pre-backward hooks on ``fn``'s output tensors (the root's
-    gradients are reduce-scattered by its post-backward callback); DDP's pre-forward runs and its post-forward
-    calls ``prepare_for_backward`` (without it a synchronising backward would not all-reduce). This is what
-    ``torch.distributed.fsdp.register_fsdp_forward_method`` does for FSDP2, in a form that also covers DDP.
-    ``fn`` must use every trainable parameter under DDP (``find_unused_parameters=False``), as the model's own
-    forward does.
-
-    Returns:
-        whatever ``fn`` returns (after the wrapper's post-forward, which may register hooks on its tensors).
+    Attributes:
+        module: the model whose decoder and LM head the lean path calls directly (the Hugging Face module).
+        call: the model's own forward, ``call(**inputs) -> output`` (a wrapper's, with its hooks).
+        run: ``run(fn) -> fn()``, run as the model's forward so that a wrapper's hooks see the parameters ``fn``
+            uses directly.
     """
-    inner = unwrap_ddp(model)
-    shadowed = "forward" in vars(inner)
-    previous = vars(inner).get("forward")
-    inner.forward = lambda *args, **kwargs: fn()  # an instance attribute shadows the class's forward
-    try:
-        return model()
-    finally:
-        if shadowed:
-            inner.forward = previous
-        else:
-            del inner.forward
+
+    module: Any
+    call: Callable[..., Any]
+    run: Callable[[Callable[[], Any]], Any] = _direct
+
+    @classmethod
+    def of(cls, model: Any) -> Forward:
+        """A plain model (or one that already is a :class:`Forward`): its own forward, nothing around it."""
+        return model if isinstance(model, Forward) else cls(model, model)
 
 
 def cache_kwarg(model: Any) -> str:
@@ -176,8 +149,8 @@ def forward_logprobs(
     log-softmax is always taken in float32.
 
     Args:
-        model: a causal LM (transformers ``PreTrainedModel`` or PEFT wrapper) on its device, possibly wrapped for
-            data-parallel training (DDP, FSDP2 root; see the module docstring).
+        model: a causal LM (transformers ``PreTrainedModel`` or PEFT wrapper) on its device, or a :class:`Forward`
+            over a wrapped one (see the module docstring).
         prompt_ids: B prompts (token ids, chat template applied, each non-empty).
         response_ids: B responses (token ids, possibly empty).
         pad_token_id: id used for padding (masked out; any valid id works).
@@ -203,7 +176,9 @@ def forward_logprobs(
     if lm_head_chunk is not None and lm_head_chunk < 0:
         raise ValueError(f"lm_head_chunk must be >= 0 tokens (0 = plain path, None = automatic), got {lm_head_chunk}")
     scale = float(temperature) if temperature > 0 else 1.0
-    device = next(model.parameters()).device
+    fwd = Forward.of(model)
+    inner = fwd.module
+    device = next(inner.parameters()).device
     if len(prompt_ids) != len(response_ids):
         raise ValueError(f"got {len(prompt_ids)} prompts but {len(response_ids)} responses; they must pair up")
     if any(len(p) == 0 for p in prompt_ids):
@@ -212,10 +187,9 @@ def forward_logprobs(
     if resp_len == 0:
         empty = torch.zeros((batch, 0), dtype=torch.float32, device=device)
         return empty, empty.clone(), (empty.clone() if with_entropy else None)
-    inner = unwrap_ddp(model)
     split = split_lm_head(inner) if lm_head_chunk != 0 else None
     if split is None:
-        return _plain_logprobs(model, prompt_ids, response_ids, pad_token_id, scale, with_entropy, entropy_grad)
+        return _plain_logprobs(fwd.call, device, prompt_ids, response_ids, pad_token_id, scale, with_entropy, entropy_grad)
     decoder, head = split
 
     def lean() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -238,13 +212,11 @@ def forward_logprobs(
         entropy = zeros.masked_scatter(real, ent) if ent is not None else None
         return logprobs, response_mask, entropy
 
-    # under a DDP / FSDP2 wrapper the decoder and head are called directly: run them inside the wrapper's forward
-    return call_as_forward(model, lean) if _is_parallel_wrapper(model) else lean()
+    return fwd.run(lean)  # the decoder and head are called directly: inside a wrapper's forward, if any
 
 
-def _plain_logprobs(model, prompt_ids, response_ids, pad_token_id, scale, with_entropy, entropy_grad):
+def _plain_logprobs(model, device, prompt_ids, response_ids, pad_token_id, scale, with_entropy, entropy_grad):
     """The reference path: full (B, T, V) logits from ``model(...)`` (``logits_to_keep`` = T + 1)."""
-    device = next(model.parameters()).device
     input_ids, attention_mask, position_ids, response_mask = pack_prompt_response(
         prompt_ids, response_ids, pad_token_id, device
     )
@@ -295,10 +267,10 @@ def _response_mask(response_ids, resp_len, device):
 def can_share_prompts(model: Any, lm_head_chunk: int | None = None) -> bool:
     """Whether ``forward_logprobs(model, ..., lm_head_chunk=lm_head_chunk, share_prompts=True)`` can share prompts:
     the chunked path applies (:func:`split_lm_head`, ``lm_head_chunk != 0``) and the model's cache layers are plain
-    ``DynamicLayer`` s (:func:`drmas_train.backends.prefill.can_stitch`)."""
-    from drmas_train.backends.prefill import can_stitch
+    ``DynamicLayer`` s (:func:`drmas_train.model.prefill.can_stitch`)."""
+    from drmas_train.model.prefill import can_stitch
 
-    model = unwrap_ddp(model)
+    model = Forward.of(model).module
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return lm_head_chunk != 0 and split_lm_head(model) is not None and can_stitch(base)
 
@@ -306,7 +278,7 @@ def can_share_prompts(model: Any, lm_head_chunk: int | None = None) -> bool:
 def _worth_sharing(model: Any, prompt_ids: Sequence[Sequence[int]]) -> bool:
     """Some prompt repeats, every prompt has a token besides its last, and the cache can be shared by rows (plain
     ``DynamicLayer`` s, and no activation checkpointing, under which transformers' layers drop the cache)."""
-    from drmas_train.backends.prefill import can_stitch
+    from drmas_train.model.prefill import can_stitch
 
     distinct = {tuple(p) for p in prompt_ids}
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

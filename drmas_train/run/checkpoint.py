@@ -1,9 +1,13 @@
-"""Atomic checkpoints: weights (``save_pretrained``), optimizers, schedulers, RNG states, sampler cursor, config.
+"""Atomic checkpoints of a run: the models' training state, RNG states, sampler cursor, config.
 
-Layout of one checkpoint (``<run dir>/checkpoints/iter_000004/``)::
+The run owns the checkpoint directory; the updater that trains the models writes their part into it
+(``updater.write_state(folder)``, read back by ``updater.read_state(folder)``). Layout of one checkpoint
+(``<run dir>/checkpoints/iter_000004/``)::
 
     models/<model_id>/      save_pretrained of the model (LoRA: the adapter only) and its tokenizer
     optim/<model_id>.pt     ModelOptimizer.state_dict(): AdamW + LR scheduler + skipped-step counter
+                            (these two from the single-process updater, :func:`save_model_states`; the Ray updater
+                            writes models/ from rank 0 and sharded/<model_id>/ from every rank instead)
     trainer_state.pt        {"iteration", "sampler", "rng": {python, numpy, torch, cuda}, "extra"}
     config.yaml             the resolved TrainConfig
 
@@ -25,21 +29,25 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from drmas_train.model.weights import load_weights
+
 __all__ = [
     "save_checkpoint",
     "load_checkpoint",
+    "save_model_states",
+    "load_model_states",
     "latest_checkpoint",
     "checkpoint_iteration",
     "remove_partial_checkpoints",
     "rng_state",
     "set_rng_state",
-    "load_weights",
 ]
 
 _NAME = re.compile(r"^iter_(\d{6,})$")
@@ -73,36 +81,61 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _is_peft(model: Any) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+def save_model_states(folder: str | Path, models: dict[str, tuple[Any, Any]], optimizers: dict[str, Any]) -> None:
+    """Write ``models/<model_id>/`` (weights + tokenizer, ``save_pretrained``) and ``optim/<model_id>.pt`` into
+    ``folder``: the single-process updater's part of a checkpoint.
+
+    Args:
+        models: ``model_id -> (model, tokenizer)`` of the trainable models. optimizers: ``model_id -> ModelOptimizer``.
+    """
+    folder = Path(folder)
+    for model_id, (model, tokenizer) in models.items():
+        model.save_pretrained(folder / "models" / model_id)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder / "models" / model_id)
+    (folder / "optim").mkdir(exist_ok=True)
+    for model_id, opt in optimizers.items():
+        torch.save(opt.state_dict(), folder / "optim" / f"{model_id}.pt")
+
+
+def load_model_states(folder: str | Path, models: dict[str, Any], optimizers: dict[str, Any]) -> None:
+    """Inverse of :func:`save_model_states`: weights and optimizer states restored in place.
+
+    Raises:
+        FileNotFoundError: a model or optimizer of this run is absent from the checkpoint.
+    """
+    folder = Path(folder)
+    for model_id, model in models.items():
+        load_weights(model, folder / "models" / model_id)
+    for model_id, opt in optimizers.items():
+        file = folder / "optim" / f"{model_id}.pt"
+        if not file.is_file():
+            raise FileNotFoundError(f"checkpoint {folder} has no optimizer state for model {model_id!r}")
+        opt.load_state_dict(torch.load(file, weights_only=True))
 
 
 def save_checkpoint(
     ckpt_root: str | Path,
     iteration: int,
     *,
-    models: dict[str, tuple[Any, Any]],
-    optimizers: dict[str, Any],
+    write_state: Callable[[Path], None],
     sampler_state: dict[str, Any],
     config_yaml: str,
     extra: dict[str, Any] | None = None,
     keep: int = 2,
-    write_extra: Any = None,
 ) -> Path:
     """Write checkpoint ``iter_<iteration>`` atomically under ``ckpt_root`` and prune old ones.
 
     Args:
         ckpt_root: the checkpoints directory (created if needed).
         iteration: number of completed iterations.
-        models: ``model_id -> (model, tokenizer)`` of the trainable models.
-        optimizers: ``model_id -> ModelOptimizer``.
+        write_state: ``(folder) -> None`` writing the models' training state into the (temporary) checkpoint
+            folder: the updater's ``write_state``.
         sampler_state: the task sampler's state dict.
         config_yaml: the resolved config.
         extra: anything else to restore: tensors and plain containers of int/float/str/bool/None only
             (checkpoints are loaded with ``torch.load(weights_only=True)``).
         keep: how many most recent checkpoints to keep (>= 1).
-        write_extra: ``(tmp_dir: Path) -> None`` writing more files into the checkpoint before it is renamed into
-            place (the distributed path writes its sharded ``sharded/<model_id>/`` folders there).
 
     Returns:
         the final checkpoint directory.
@@ -112,18 +145,10 @@ def save_checkpoint(
     final = root / f"iter_{iteration:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{iteration:06d}-", dir=root))
     try:
-        for model_id, (model, tokenizer) in models.items():
-            model.save_pretrained(tmp / "models" / model_id)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(tmp / "models" / model_id)
-        (tmp / "optim").mkdir()
-        for model_id, opt in optimizers.items():
-            torch.save(opt.state_dict(), tmp / "optim" / f"{model_id}.pt")
+        write_state(tmp)
         state = {"iteration": iteration, "sampler": sampler_state, "rng": rng_state(), "extra": extra or {}}
         torch.save(state, tmp / "trainer_state.pt")
         (tmp / "config.yaml").write_text(config_yaml)
-        if write_extra is not None:
-            write_extra(tmp)
         if final.exists():  # re-saving the same iteration (e.g. after a resume): replace it
             shutil.rmtree(final)
         os.rename(tmp, final)
@@ -174,57 +199,16 @@ def checkpoint_iteration(path: str | Path) -> int:
     return int(match.group(1))
 
 
-def load_weights(model: Any, folder: str | Path) -> None:
-    """Load weights written by ``save_pretrained`` into an already built ``model`` (full model or PEFT adapter).
-
-    Raises:
-        FileNotFoundError: no safetensors file in ``folder``.
-        RuntimeError: keys of the model missing from the files (tied weights excepted).
-    """
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(f))
-    if _is_peft(model):
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, state)
-        return
-    result = model.load_state_dict(state, strict=False)
-    tied = set(getattr(model, "_tied_weights_keys", None) or [])
-    if isinstance(getattr(model, "_tied_weights_keys", None), dict):
-        tied = set(model._tied_weights_keys)
-    missing = [k for k in result.missing_keys if k not in tied and not k.endswith("lm_head.weight")]
-    if missing:
-        raise RuntimeError(f"checkpoint {folder} lacks weights for {missing[:5]} (+{max(len(missing) - 5, 0)} more)")
-
-
-def load_checkpoint(path: str | Path, *, models: dict[str, Any], optimizers: dict[str, Any]) -> dict[str, Any]:
-    """Restore weights and optimizer states in place, and the global RNG states; return the trainer state.
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The trainer state of a checkpoint, with the global RNG states restored from it (the models' state is the
+    updater's to read: ``updater.read_state(path)``).
 
     Args:
         path: a checkpoint directory (from :func:`latest_checkpoint`).
-        models: ``model_id -> model`` to load weights into. optimizers: ``model_id -> ModelOptimizer``.
 
     Returns:
         ``{"iteration", "sampler", "rng", "extra"}``.
-
-    Raises:
-        FileNotFoundError: a model or optimizer of this run is absent from the checkpoint.
     """
-    path = Path(path)
-    for model_id, model in models.items():
-        load_weights(model, path / "models" / model_id)
-    for model_id, opt in optimizers.items():
-        file = path / "optim" / f"{model_id}.pt"
-        if not file.is_file():
-            raise FileNotFoundError(f"checkpoint {path} has no optimizer state for model {model_id!r}")
-        opt.load_state_dict(torch.load(file, weights_only=True))
-    state = torch.load(path / "trainer_state.pt", weights_only=True)
+    state = torch.load(Path(path) / "trainer_state.pt", weights_only=True)
     set_rng_state(state["rng"])
     return state

@@ -11,13 +11,16 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from drmas_train.data.prepare import missing_data_hint
+from drmas_train.data.recipe import TASK_FILE_SUFFIXES
 from drmas_train.run.config import ConfigError, TrainConfig, presets_for_env
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env"]
+__all__ = ["held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env", "require_task_files"]
 
 DATA_FORMS = ("a JSONL/JSON/Parquet file path, 'reasoning_gym:<dataset>' (e.g. reasoning_gym:gsm_symbolic), "
                "'hf:<id>[:<config>][@<split>]', or null for the env's own tasks")  # fmt: skip
@@ -144,3 +147,19 @@ def make_probe_env(cfg: TrainConfig, env_fn: Callable[[], Any]) -> Any:
         raise ConfigError(f"env.kwargs: {err}.{_preset_hint(env_id)}") from None
     except (ValueError, TypeError, FileNotFoundError) as err:
         raise ConfigError(f"env {env_id!r} rejected its config (env.data / env.kwargs): {err}") from None
+
+
+def require_task_files(cfg: Any) -> None:
+    """Check that the task files a :class:`~drmas_train.run.config.TrainConfig` names exist (``env.data``,
+    ``env.kwargs.tasks``, and ``eval.data`` when evaluating), before anything loads.
+
+    Raises:
+        drmas_train.run.config.ConfigError: naming the key, the path and, for a recipe's output, the
+            ``drmas data prepare`` command that writes it.
+    """
+    keys = (("env.data", cfg.env.data), ("env.kwargs.tasks", cfg.env.kwargs.get("tasks")),
+            ("eval.data", cfg.eval.data if cfg.eval.every > 0 else None))  # fmt: skip
+    for key, spec in keys:
+        if isinstance(spec, str) and spec.endswith(TASK_FILE_SUFFIXES) and not Path(spec).is_file():
+            hint = missing_data_hint(spec)  # a recipe's output: the command that writes it; else the accepted forms
+            raise ConfigError(f"{key}={spec!r}: task file {spec!r} not found" + (hint or f". Accepted: {DATA_FORMS}"))

@@ -40,7 +40,7 @@ class RunState:
     sampler: Any  # TaskSampler
     logger: Any  # MetricsLogger
     start_iteration: int = 0
-    updater: Any = None  # LocalUpdater (default) or distributed.RayUpdater: .update / .save / .load / .close
+    updater: Any = None  # LocalUpdater (default) or distributed RayUpdater (run/updater.py lists the seam)
     elapsed_before: float = 0.0  # seconds the earlier processes of this run spent (from the checkpoint resumed)
     started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
 
@@ -50,7 +50,7 @@ class RunState:
 
 
 def model_specs(cfg: TrainConfig) -> dict[str, Any]:
-    """``agent_id -> ModelSpec`` for :func:`drmas_train.model.assignment.build_models`; the config key is the model id,
+    """``agent_id -> ModelSpec`` for :func:`drmas_train.backends.factory.build_models`; the config key is the model id,
     so agents naming the same key share one model and different keys never do."""
     from drmas_train.model.models import ModelSpec
 
@@ -89,11 +89,19 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     """
     import drmas_envs
     from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.algorithm.settings import UpdateSettings
+    from drmas_train.backends.factory import build_models, make_backend
     from drmas_train.collect.task_sampler import TaskSampler
-    from drmas_train.model.assignment import build_models, make_backend
+    from drmas_train.distributed.errors import DistributedError
     from drmas_train.model.models import ModelNotFoundError
-    from drmas_train.run.data_prep import require_task_files
-    from drmas_train.run.env_setup import held_out_tasks, is_procedural, load_env_tasks, make_probe_env
+    from drmas_train.run.checkpoint import load_checkpoint
+    from drmas_train.run.env_setup import (
+        held_out_tasks,
+        is_procedural,
+        load_env_tasks,
+        make_probe_env,
+        require_task_files,
+    )
     from drmas_train.run.metrics_log import MetricsLogger
     from drmas_train.run.run_dir import plan_run_dir
     from drmas_train.run.threads import configure_threads
@@ -145,13 +153,21 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     except ModelNotFoundError as err:  # a user mistake in models.<key>.name_or_path: exit 2, nothing written
         raise ConfigError(f"models: {err}") from None
     optimizers, ref_models = {}, {}
+    settings = UpdateSettings.from_config(cfg.algorithm, cfg.optim, temperature=cfg.rollout.temperature)  # built once
     if cfg.distributed.enabled:  # the trainable models train and sample on Ray worker groups
-        from drmas_train.distributed.updater import RayUpdater
+        try:
+            from drmas_train.distributed.updater import RayUpdater
+        except ImportError as err:
+            raise DistributedError(f"distributed.enabled needs Ray: pip install 'drmas[train]' ({err})") from err
 
         trainable = [mid for mid, loaded in pool.models.items() if loaded.spec.trainable]
         if not trainable:
             raise ConfigError("no trainable model: set trainable: true on at least one model")
-        updater: Any = RayUpdater.build(cfg, pool, trainable, **({"loader": loader} if loader is not None else {}))
+        updater: Any = RayUpdater.build(
+            settings, cfg.distributed, cfg.optim, pool, trainable, seed=cfg.seed,
+            max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens,
+            **({"loader": loader} if loader is not None else {}),
+        )  # fmt: skip
     else:
         for model_id, loaded in pool.models.items():
             if not loaded.spec.trainable:
@@ -168,11 +184,12 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
                 ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
         if not optimizers:
             raise ConfigError("no trainable model: set trainable: true on at least one model")
-        updater = LocalUpdater(cfg, pool, optimizers, ref_models)
+        updater = LocalUpdater(settings, pool, optimizers, ref_models)
     sampler = TaskSampler(len(tasks), cfg.rollout.batch_size, seed=cfg.seed)
     start, elapsed_before = 0, 0.0
     if plan.resume_from is not None:
-        state = updater.load(plan.resume_from)
+        state = load_checkpoint(plan.resume_from)  # the trainer's state and the RNG states
+        updater.read_state(plan.resume_from)  # the models'
         sampler.load_state_dict(state["sampler"])
         start = int(state["iteration"])
         elapsed_before = float(state.get("extra", {}).get("elapsed_s", 0.0))
@@ -253,9 +270,12 @@ def _validation_line(iteration: int, m: dict[str, float]) -> str:
 
 
 def _save(run: RunState, iteration: int) -> Path:
-    return run.updater.save(run.run_dir / "checkpoints", iteration, sampler_state=run.sampler.state_dict(),
-                            config_yaml=to_yaml(run.cfg), keep=run.cfg.run.keep_checkpoints,
-                            extra={"elapsed_s": run.elapsed()})  # fmt: skip
+    """An atomic checkpoint of ``iteration``: the updater writes the models' part, the run the rest."""
+    from drmas_train.run.checkpoint import save_checkpoint
+
+    return save_checkpoint(run.run_dir / "checkpoints", iteration, write_state=run.updater.write_state,
+                           sampler_state=run.sampler.state_dict(), config_yaml=to_yaml(run.cfg),
+                           extra={"elapsed_s": run.elapsed()}, keep=run.cfg.run.keep_checkpoints)  # fmt: skip
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> dict[str, Any]:
@@ -297,7 +317,7 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
 
     from drmas_train.backends.base import SamplingParams
     from drmas_train.collect.rollout import rollout, save_samples
-    from drmas_train.distributed.cluster import DistributedError
+    from drmas_train.distributed.errors import DistributedError
     from drmas_train.run.metrics_log import batch_metrics, plot_run
 
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
@@ -312,6 +332,7 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     while it < cfg.run.iterations:
         seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
         t0 = time.perf_counter()
+        run.updater.start_iteration(it + 1)
         tasks = [run.tasks[i] for i in run.sampler.next_batch()]
         sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
         result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
@@ -325,7 +346,7 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         try:
             metrics.update(_update_models(run, result.samples, adv, seed))
         except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
-            it = _rewind(run, run.updater.recover(err))
+            it = _rewind(run, err)
             logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)
             bar.n = it
             guard.release(it)
@@ -382,10 +403,15 @@ def run_summary(run: RunState, *, plot: Path | None) -> dict[str, Any]:
             "wall_time_s": run.elapsed(), "process_wall_time_s": time.perf_counter() - run.started}  # fmt: skip
 
 
-def _rewind(run: RunState, state: dict[str, Any]) -> int:
-    """Put the sampler and the metrics log back to a checkpoint's trainer state; returns its iteration."""
+def _rewind(run: RunState, err: Exception) -> int:
+    """After a lost training rank: the updater rebuilds it from the latest checkpoint (or raises ``err`` with where
+    to resume from); the sampler, RNG states and metrics log go back to that checkpoint. Returns its iteration."""
+    from drmas_train.run.checkpoint import latest_checkpoint, load_checkpoint
     from drmas_train.run.metrics_log import MetricsLogger
 
+    ckpt = latest_checkpoint(run.run_dir / "checkpoints")
+    run.updater.recover(err, ckpt)
+    state = load_checkpoint(ckpt)
     it = int(state["iteration"])
     run.sampler.load_state_dict(state["sampler"])
     run.logger.close()

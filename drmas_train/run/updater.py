@@ -1,13 +1,16 @@
-"""The updater seam: who runs the PPO update of each trainable model and saves / restores its training state.
+"""The updater seam: who runs the PPO update of each trainable model, and writes / reads its training state.
 
 :class:`LocalUpdater` is the single-process path (the default): :func:`drmas_train.algorithm.update.ppo_update` on the
 driver's own models, then ``backend.sync_weights``. :class:`drmas_train.distributed.updater.RayUpdater` has the
-same three methods and runs the update on each model's Ray worker group. The trainer only calls::
+same methods and runs the update on each model's Ray worker group. Both take the run's
+:class:`~drmas_train.algorithm.settings.UpdateSettings` whole. The trainer only calls::
 
-    metrics = updater.update(samples, advantages, seed)    # {"loss/<model_id>/<metric>": value}
-    path = updater.save(ckpt_root, iteration, sampler_state=..., config_yaml=..., keep=...)
-    state = updater.load(checkpoint_dir)                    # {"iteration", "sampler", "rng", "extra"}
-    state = updater.recover(err)    # after a DistributedError from update: restored state to rewind to, or raise
+    updater.start_iteration(iteration)                     # what the run is doing (fault messages)
+    metrics = updater.update(samples, advantages, seed)    # {"loss/<model_id>/<metric>": value, ...}
+    updater.write_state(folder)                            # the models' part of a checkpoint (run/checkpoint.py)
+    updater.read_state(folder)                             # --resume, or a rewind after a lost training rank
+    updater.recover(err, checkpoint)                       # after a DistributedError from update: rebuild or raise
+    updater.close()
 """
 
 from __future__ import annotations
@@ -17,53 +20,33 @@ from typing import Any
 
 import numpy as np
 
-from drmas_train.run.config import TrainConfig
+from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
+from drmas_train.algorithm.settings import UpdateSettings
+from drmas_train.algorithm.update import ppo_update
+from drmas_train.run.checkpoint import load_model_states, save_model_states
 
-__all__ = ["LocalUpdater", "loss_config", "update_kwargs", "for_device"]
-
-
-def loss_config(cfg: TrainConfig) -> Any:
-    """The :class:`drmas_train.algorithm.losses.PolicyLossConfig` of ``cfg.algorithm``."""
-    from drmas_train.algorithm.losses import PolicyLossConfig
-
-    a = cfg.algorithm
-    return PolicyLossConfig(a.clip_low, a.clip_high, a.dual_clip_c, a.loss_agg, a.kl_coef, a.kl_estimator, a.entropy_coef)
-
-
-def update_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    """Keyword arguments of :func:`drmas_train.algorithm.update.ppo_update` that come from the config alone."""
-    a = cfg.algorithm
-    return {"loss_cfg": loss_config(cfg), "temperature": cfg.rollout.temperature, "ppo_epochs": a.ppo_epochs,
-            "mini_batches": a.mini_batches, "micro_batch_tokens": cfg.optim.micro_batch_tokens,
-            "activation_checkpointing": cfg.optim.activation_checkpointing, "autocast": cfg.optim.autocast}  # fmt: skip
-
-
-def for_device(kwargs: dict[str, Any], device: Any) -> dict[str, Any]:
-    """:func:`update_kwargs` for a model on ``device``: the ``autocast`` mode (``optim.autocast``) becomes
-    ``ppo_update``'s ``autocast_dtype`` (:func:`drmas_train.algorithm.precision.resolve_autocast`)."""
-    from drmas_train.algorithm.precision import resolve_autocast
-
-    out = dict(kwargs)
-    out["autocast_dtype"] = resolve_autocast(out.pop("autocast", "off"), device)
-    return out
+__all__ = ["LocalUpdater"]
 
 
 class LocalUpdater:
     """PPO updates in this process, one :class:`~drmas_train.algorithm.optim.ModelOptimizer` per trainable model.
 
     Args:
-        cfg: the run's config. pool: the :class:`~drmas_train.model.assignment.ModelPool`.
+        settings: the run's update settings. pool: the :class:`~drmas_train.model.assignment.ModelPool`.
         optimizers: ``model_id -> ModelOptimizer`` (trainable models only). ref_models: ``model_id -> frozen
         reference`` (only when ``algorithm.kl_coef > 0``).
     """
 
-    def __init__(self, cfg: TrainConfig, pool: Any, optimizers: dict[str, Any], ref_models: dict[str, Any]) -> None:
-        self.cfg, self.pool, self.optimizers, self.ref_models = cfg, pool, optimizers, ref_models
+    def __init__(self, settings: UpdateSettings, pool: Any, optimizers: dict[str, Any], ref_models: dict[str, Any]) -> None:
+        self.settings, self.pool, self.optimizers, self.ref_models = settings, pool, optimizers, ref_models
 
     @property
     def model_ids(self) -> list[str]:
         """Trainable model ids."""
         return list(self.optimizers)
+
+    def start_iteration(self, iteration: int) -> None:
+        """Nothing to tell in-process."""
 
     def update(self, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
         """One PPO update per trainable model on its own agents' samples; pushes the new weights to the backend.
@@ -75,44 +58,37 @@ class LocalUpdater:
             ``loss/<model_id>/<metric>`` for every metric of :func:`~drmas_train.algorithm.update.ppo_update`, plus the
             π_old mismatch metrics of :func:`~drmas_train.algorithm.old_logprobs.logprob_mismatch` when recomputed.
         """
-        from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
-        from drmas_train.algorithm.update import ppo_update
-
-        metrics, kwargs = {}, update_kwargs(self.cfg)
+        metrics = {}
         for model_id, opt in self.optimizers.items():
             idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
             loaded = self.pool.models[model_id]
-            pad, dev_kwargs = loaded.tokenizer.pad_token_id, for_device(kwargs, next(loaded.model.parameters()).device)
+            pad = loaded.tokenizer.pad_token_id
             model_samples, drift = old_logprobs_for_update(  # π_old from the training model, as the reference
-                loaded.model, [samples[i] for i in idx], adv[idx], recompute=self.cfg.algorithm.recompute_old_logprobs,
-                pad_token_id=pad, update_kwargs=dev_kwargs,
-            )  # fmt: skip
-            out = ppo_update(loaded.model, opt, model_samples, adv[idx], pad_token_id=pad,
-                             ref_model=self.ref_models.get(model_id), seed=seed, **dev_kwargs)  # fmt: skip
+                loaded.model, [samples[i] for i in idx], adv[idx], self.settings, pad_token_id=pad
+            )
+            out = ppo_update(loaded.model, opt, model_samples, adv[idx], self.settings, pad_token_id=pad,
+                             ref_model=self.ref_models.get(model_id), seed=seed)  # fmt: skip
             self.pool.backends[model_id].sync_weights(loaded.model)
             metrics.update({f"loss/{model_id}/{k}": v for k, v in {**drift, **out}.items()})
         return metrics
 
-    def save(self, ckpt_root: Path, iteration: int, *, sampler_state: dict[str, Any], config_yaml: str, keep: int,
-             extra: dict[str, Any] | None = None) -> Path:
-        """An atomic checkpoint (:func:`drmas_train.run.checkpoint.save_checkpoint`) of the trainable models."""
-        from drmas_train.run.checkpoint import save_checkpoint
-
+    def write_state(self, folder: Path) -> None:
+        """The trainable models' weights, tokenizers and optimizer states into a checkpoint folder
+        (:func:`drmas_train.run.checkpoint.save_model_states`)."""
         models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.optimizers}
-        return save_checkpoint(ckpt_root, iteration, models=models, optimizers=self.optimizers,
-                               sampler_state=sampler_state, config_yaml=config_yaml, keep=keep, extra=extra)  # fmt: skip
+        save_model_states(folder, models, self.optimizers)
 
-    def load(self, path: Path) -> dict[str, Any]:
-        """Restore weights, optimizers and RNG states from ``path``; pushes the weights to the backends."""
-        from drmas_train.run.checkpoint import load_checkpoint
+    def read_state(self, folder: Path) -> None:
+        """Inverse of :meth:`write_state`; pushes the weights to the backends.
 
-        models = {mid: self.pool.models[mid].model for mid in self.optimizers}
-        state = load_checkpoint(path, models=models, optimizers=self.optimizers)
+        Raises:
+            FileNotFoundError: a model or optimizer of this run is absent from the checkpoint.
+        """
+        load_model_states(folder, {mid: self.pool.models[mid].model for mid in self.optimizers}, self.optimizers)
         for mid, loaded in self.pool.models.items():
             self.pool.backends[mid].sync_weights(loaded.model)
-        return state
 
-    def recover(self, err: Exception) -> dict[str, Any]:
+    def recover(self, err: Exception, checkpoint: Path | None) -> None:
         """Nothing to recover in-process: re-raises ``err``."""
         raise err
 

@@ -7,7 +7,7 @@ start costs several seconds of imports on 2 cores).
 Per strategy (FSDP2, then DDP, on the same process group), from the same tiny model and grouped samples
 (:func:`grouped_samples`: the G rows of a group share their prompt):
 
-1. ``dp_ppo_update`` with the run's defaults (chunked LM head, shared prompts where :func:`rank_forward` allows),
+1. ``dp_ppo_update`` with the run's defaults (chunked LM head, shared prompts where ``rank_settings`` allows),
    counting the calls of the lean pieces of :mod:`drmas_train.model.logprobs` on this rank;
 2. π_old recomputed on the ranks (``old_logprobs_for_update``, as ``TrainWorker.update`` does) and one update with
    one mini-batch: its first (only) step's PPO ratio must be exactly 1 on every token of both ranks.
@@ -28,11 +28,11 @@ ADV = np.array([1.0, -0.5, 0.3, -1.2, 0.8, 0.0, 0.4, -0.9])
 BUDGET = 24
 
 
-def update_kwargs() -> dict:
-    from drmas_train.algorithm.losses import PolicyLossConfig
+def settings():
+    """The update's settings: the config's defaults, 2 mini-batches, :data:`BUDGET` tokens per micro-batch."""
+    from drmas_train.algorithm.settings import UpdateSettings
 
-    return {"loss_cfg": PolicyLossConfig(), "temperature": 1.0, "ppo_epochs": 1, "mini_batches": 2,
-            "micro_batch_tokens": BUDGET}  # fmt: skip
+    return UpdateSettings.defaults(mini_batches=2, micro_batch_tokens=BUDGET)
 
 
 def base_model():
@@ -84,7 +84,7 @@ def run(rank: int, world: int, tmp: str, port: int) -> None:
     import drmas_train.algorithm.update as update_mod
     from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
     from drmas_train.algorithm.optim import build_optimizer
-    from drmas_train.distributed.data_parallel import dp_ppo_update, rank_forward, wrap_model
+    from drmas_train.distributed.data_parallel import dp_ppo_update, rank_hooks, rank_settings, wrap_model
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -106,24 +106,25 @@ def run(rank: int, world: int, tmp: str, port: int) -> None:
             counts[k] = 0
         model = wrap_model(copy.deepcopy(base), strategy, torch.device("cpu"))
         opt = build_optimizer("m", model, **OPTIM)
-        metrics = dp_ppo_update(model, opt, samples, ADV, rank=rank, world_size=world, pad_token_id=0, seed=7,
-                                **update_kwargs())  # fmt: skip
+        metrics = dp_ppo_update(model, opt, samples, ADV, settings(), rank=rank, world_size=world, pad_token_id=0, seed=7)
         state = {k: v.detach().clone() for k, v in get_model_state_dict(  # DDP: views of the live weights
             model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)).items()}
         update_counts = dict(counts)
         # π_old on the ranks, then one step: the ratio of its forward against the recompute is exactly 1
-        kwargs = {**update_kwargs(), "mini_batches": 1, **rank_forward(model)}
-        recomputed, drift = old_logprobs_for_update(model, samples, ADV, recompute=True, pad_token_id=0, update_kwargs=kwargs)
+        one = rank_settings(model, settings().replace(mini_batches=1))  # as TrainWorker.update does
+        hooks = rank_hooks(model, rank=rank, world_size=world, pad_token_id=0)
+        recomputed, drift = old_logprobs_for_update(hooks.forward, samples, ADV, one, pad_token_id=0,
+                                                    agree_budget=hooks.agree_budget)  # fmt: skip
         ratios.clear()
         update_mod.policy_loss = spy
         try:
-            second = dp_ppo_update(model, opt, recomputed, ADV, rank=rank, world_size=world, pad_token_id=0, seed=8, **kwargs)
+            second = dp_ppo_update(model, opt, recomputed, ADV, one, rank=rank, world_size=world, pad_token_id=0, seed=8)
         finally:
             update_mod.policy_loss = original_loss
         gathered: list = [None] * world
         dist.all_gather_object(gathered, torch.cat(ratios) if ratios else torch.zeros(0))
         record[strategy] = {"metrics": metrics, "state": state, "counts": update_counts, "drift": drift,
-                            "second": second, "ratios": gathered, "rank_forward": rank_forward(model)}  # fmt: skip
+                            "second": second, "ratios": gathered, "share_prompts": one.share_prompts}  # fmt: skip
     if rank == 0:
         torch.save(record, Path(tmp) / "lean.pt")
     dist.destroy_process_group()

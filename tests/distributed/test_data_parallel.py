@@ -8,7 +8,7 @@ gradient element is itself near 1e-8 (seen: 1 element in 2,048 off by 5.5e-6), s
 atol 1e-3 * lr = 1e-5 and 99.9 % of them to 1e-6.
 
 Both sides run the lean forward (``ppo_update``'s defaults: the chunked LM head; on the ranks inside the DDP /
-FSDP2 forward, ``drmas_train.model.logprobs.call_as_forward``). Grouped prompts (shared under DDP) and the π_old
+FSDP2 forward, ``drmas_train.distributed.data_parallel.call_as_forward``). Grouped prompts (shared under DDP) and the π_old
 recompute on ranks are checked on spawned gloo ranks in tests/distributed/test_lean_ranks.py.
 """
 
@@ -22,15 +22,16 @@ import torch
 from conftest import tiny_samples
 from tiny_rl import tiny_loader
 
-from drmas_train.algorithm.losses import PolicyLossConfig
 from drmas_train.algorithm.optim import build_optimizer, micro_batches
+from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
 from drmas_train.model.models import ModelSpec
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 
 OPTIM = {"lr": 1e-2, "weight_decay": 0.0}
-KWARGS = {"loss_cfg": PolicyLossConfig(), "temperature": 1.0, "ppo_epochs": 1, "mini_batches": 2, "micro_batch_tokens": 10}
+#: 2 mini-batches of 10-token micro-batches; π_old as the samples carry it (the ranks recompute it in test_lean_ranks.py)
+SETTINGS = UpdateSettings.defaults(mini_batches=2, micro_batch_tokens=10, recompute_old_logprobs=False)
 ADV = np.array([1.0, -0.5, 0.3, -1.2, 0.8, 0.0, 0.4, -0.9])
 
 
@@ -43,20 +44,20 @@ def test_two_rank_update_equals_single_process(ray_cluster, strategy):
     base = tiny_loader(spec, "m").model
     samples = tiny_samples(base)
     single = copy.deepcopy(base)
-    expected = ppo_update(single, build_optimizer("m", single, **OPTIM), samples, ADV, pad_token_id=0, seed=7, **KWARGS)
+    expected = ppo_update(single, build_optimizer("m", single, **OPTIM), samples, ADV, SETTINGS, pad_token_id=0, seed=7)
     assert expected["steps"] == 2.0  # two mini-batches, each cut into several micro-batches (budget 10 tokens)
     # the same plan as dp_ppo_update: with an odd micro-batch count rank 1 runs an idle (zero-loss) pass
     plan = []
     for mb in np.array_split(np.random.default_rng(7).permutation(len(samples)), 2):
         mb = mb[ADV[mb] != 0]
-        plan.append(len(micro_batches([len(samples[i].prompt_ids) + len(samples[i].response_ids) for i in mb], KWARGS["micro_batch_tokens"])))
+        plan.append(len(micro_batches([len(samples[i].prompt_ids) + len(samples[i].response_ids) for i in mb], SETTINGS.micro_batch_tokens)))
     assert min(plan) >= 2 and any(n % 2 for n in plan), plan
 
     pool = ResourcePool(2)
     group = WorkerGroup("m", spec, pool, [0, 1], loader=tiny_loader, optim_kwargs=OPTIM, strategy=strategy)
     try:
         assert group.strategy == strategy and group.version == 0
-        got = group.update(samples, ADV, 7, KWARGS)
+        got = group.update(samples, ADV, 7, SETTINGS)
         weights = group.full_state_dict()
         assert group.version == 1  # the update pushed new weights to the generation workers
     finally:

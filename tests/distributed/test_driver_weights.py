@@ -15,6 +15,7 @@ from tiny_rl import tiny_config, tiny_loader
 from drmas_train.backends.base import SamplingParams
 from drmas_train.collect.rollout import rollout
 from drmas_train.model.models import load_model
+from drmas_train.run.checkpoint import load_checkpoint, save_checkpoint
 from drmas_train.run.trainer import build_run
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
@@ -47,13 +48,14 @@ def test_driver_holds_no_weights_and_checkpoints_come_from_the_ranks(ray_cluster
         _update(run, 0)
         trained = group.full_state_dict()
         assert not _same(trained, initial)
-        path = run.updater.save(tmp_path / "ckpt", 1, sampler_state=run.sampler.state_dict(), config_yaml="", keep=2)
+        path = save_checkpoint(tmp_path / "ckpt", 1, write_state=run.updater.write_state,
+                               sampler_state=run.sampler.state_dict(), config_yaml="")  # fmt: skip
         exported = load_model(str(path / "models" / "m")).model.state_dict()
         assert _same(exported, trained)  # rank 0's export is the group's weights
         _update(run, 1)
         assert not _same(group.full_state_dict(), trained)
-        state = run.updater.load(path)  # resume: the groups go back to the checkpoint's weights
-        assert state["iteration"] == 1 and _same(group.full_state_dict(), trained)
+        run.updater.read_state(path)  # resume: the groups go back to the checkpoint's weights
+        assert load_checkpoint(path)["iteration"] == 1 and _same(group.full_state_dict(), trained)
         assert driver_parameter_count(run.pool, ["m"]) == 0  # still nothing in the driver
     finally:
         run.updater.close()

@@ -5,7 +5,7 @@ inside the wrapper's forward so FSDP2's root hooks and DDP's reducer see the par
 few seconds). Tolerance as tests/distributed/test_data_parallel.py: the ranks add their micro-batch gradients in
 another order than one process, so metrics agree to rel 1e-5 and weights after two AdamW steps at lr 1e-2 to
 atol 1e-3 * lr everywhere and 1e-6 on 99.9 % of the elements. The comparison is against the single-process update
-with the same forward settings (FSDP2 ranks do not share prompts, see ``rank_forward``).
+with the same forward settings (FSDP2 ranks do not share prompts, see ``rank_settings``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import socket
 
 import pytest
 import torch
-from lean_workers import ADV, OPTIM, base_model, grouped_samples, run, update_kwargs
+from lean_workers import ADV, OPTIM, base_model, grouped_samples, run, settings
 
 from drmas_train.algorithm.optim import build_optimizer
 from drmas_train.algorithm.update import ppo_update
@@ -42,8 +42,8 @@ def _single(share_prompts: bool):
     base = base_model()
     samples = grouped_samples(base)
     single = copy.deepcopy(base)
-    metrics = ppo_update(single, build_optimizer("m", single, **OPTIM), samples, ADV, pad_token_id=0, seed=7,
-                         share_prompts=share_prompts, **update_kwargs())  # fmt: skip
+    metrics = ppo_update(single, build_optimizer("m", single, **OPTIM), samples, ADV,
+                         settings().replace(share_prompts=share_prompts), pad_token_id=0, seed=7)  # fmt: skip
     return base, single, metrics
 
 
@@ -51,7 +51,7 @@ def _single(share_prompts: bool):
 def test_lean_rank_update_equals_single_process(ranks, strategy):
     got = ranks[strategy]
     shares = strategy == "ddp"
-    assert got["rank_forward"] == ({} if shares else {"share_prompts": False})
+    assert got["share_prompts"] == shares  # rank_settings: FSDP2 ranks do not share prompts
     counts = got["counts"]
     assert counts["chunked_token_logprobs"] > 0 and counts["_plain_logprobs"] == 0  # chunked head on the rank
     assert (counts["_shared_prompt_hidden"] > 0) == shares  # grouped prompts computed once (DDP only)
@@ -81,7 +81,7 @@ def test_pi_old_recomputed_on_ranks_gives_a_first_ratio_of_exactly_one(ranks, st
 
 
 def test_call_as_forward_runs_the_hooks_around_fn_and_restores_forward():
-    from drmas_train.model.logprobs import call_as_forward
+    from drmas_train.distributed.data_parallel import call_as_forward
 
     module = torch.nn.Linear(3, 2)
     seen = []

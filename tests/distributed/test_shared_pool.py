@@ -10,7 +10,7 @@ from tiny_rl import tiny_config, tiny_loader
 
 import drmas_train.run.trainer as trainer_module
 from drmas_train.model.models import ModelSpec, load_model
-from drmas_train.run.checkpoint import load_weights
+from drmas_train.model.weights import load_weights
 from drmas_train.run.trainer import train
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)

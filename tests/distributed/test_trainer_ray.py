@@ -4,7 +4,9 @@ rollout is restarted and the iteration completes with every ``traj_uid`` exactly
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import signal
 from collections import Counter
 
@@ -51,7 +53,7 @@ def test_ray_iteration_matches_single_process(runs):
 
     local, dist = runs
     backend = dist.pool.backends["m"]
-    assert isinstance(backend, RayBackend) and len(backend.group.generators) == 2 and backend.group.world_size == 2
+    assert isinstance(backend, RayBackend) and len(backend.group.engines.actors) == 2 and backend.group.world_size == 2
     for it in range(2):  # rollout -> advantages -> update, twice: the 2nd rollout samples the pushed weights
         want, got = _greedy(local, seed=it), _greedy(dist, seed=it)
         assert len(got) == 16
@@ -63,7 +65,7 @@ def test_ray_iteration_matches_single_process(runs):
         assert m_dist["loss/m/grad_norm"] == pytest.approx(m_local["loss/m/grad_norm"], rel=1e-4)
         assert m_dist["loss/m/pg_loss"] == pytest.approx(m_local["loss/m/pg_loss"], rel=1e-4, abs=1e-7)
         assert m_dist["loss/m/steps"] == m_local["loss/m/steps"] == 1.0
-    assert backend.group.restarts == 0
+    assert backend.group.engines.restarts == 0
 
 
 class _KillOnCall:
@@ -84,7 +86,7 @@ class _KillOnCall:
         backend = self.pool.backends["m"]
         self.calls += 1
         if self.calls == self.call:
-            self.killed_pid = backend.group.generator_pids()[self.victim]
+            self.killed_pid = backend.group.engines.pids()[self.victim]
             os.kill(self.killed_pid, signal.SIGKILL)
         return backend.generate(prompts, sampling, **kwargs)
 
@@ -93,31 +95,43 @@ class _KillOnCall:
         return self.pool.backends["m"].tokenizer
 
 
-def test_killed_generation_worker_is_restarted_and_calls_reissued(runs):
+def test_killed_generation_worker_is_restarted_and_calls_reissued(runs, caplog):
     local, dist = runs
     group = dist.pool.backends["m"].group
-    restarts, version = group.restarts, group.version
+    restarts, version = group.engines.restarts, group.version
     killer = _KillOnCall(dist.pool, victim=1, call=2)  # the 2nd lock-step call: agent "b" of every episode
-    got = _greedy(dist, seed=11, pool=killer)
-    assert killer.killed_pid is not None and group.restarts == restarts + 1 and group.version == version
+    dist.updater.start_iteration(3)
+    with caplog.at_level(logging.WARNING, logger="drmas_train.distributed"):
+        got = _greedy(dist, seed=11, pool=killer)
+    assert killer.killed_pid is not None and group.engines.restarts == restarts + 1 and group.version == version
+    # what happened, said once: which worker, when, how many calls it owed (8 calls of agent b over 2 workers)
+    said = [r.getMessage() for r in caplog.records if "re-issuing" in r.getMessage()]
+    assert len(said) == 1 and re.fullmatch(  # killed mid-call, or restarted before the call reached it: both said
+        r"generation worker 1 of model 'm' (died|came back with stale weights) during iteration 3; re-issuing its 4 "
+        rf"call\(s\) with the same seed \(restart {restarts + 1} of at most 2\)", said[0]), said
     per_traj = Counter(s.traj_uid for s in got)
     assert len(per_traj) == 8 and set(per_traj.values()) == {2}  # every episode once, each with its a and b call
     assert sorted((s.traj_uid, s.agent_id) for s in got) == sorted({(s.traj_uid, s.agent_id) for s in got})
     _assert_same(got, _greedy(local, seed=11))  # re-issued with the same seed and the current weights
-    assert killer.killed_pid not in group.generator_pids()  # worker 1 is a new process
+    assert killer.killed_pid not in group.engines.pids()  # worker 1 is a new process
+    # the restart and the re-issued calls are in the iteration's metrics
+    m = dist.updater.update(got, np.ones(len(got)), 0)
+    assert m["dist/m/generation_restarts"] == restarts + 1 and m["dist/m/reissued_calls"] == 4
+    assert dist.updater.update(got, np.ones(len(got)), 1)["dist/m/reissued_calls"] == 0  # counted once
 
 
 def test_dead_training_rank_stops_with_a_clear_error(runs):
     """Runs last in this module: it leaves the group without rank 1 (the fixture then closes it)."""
-    import ray
 
-    from drmas_train.distributed.cluster import DistributedError
+    from drmas_train.distributed.errors import DistributedError
 
     local, dist = runs
     group = dist.pool.backends["m"].group
-    os.kill(ray.get(group.trainers[1].pid.remote()), signal.SIGKILL)
+    os.kill(group.ranks.pids()[1], signal.SIGKILL)
     samples = _greedy(dist, seed=5)  # generation workers are separate actors: still fine
     with pytest.raises(DistributedError, match=r"(?s)a training rank of model 'm' died during the update; the step is lost\. "
-                       r"Resume from the latest complete checkpoint with `drmas train --resume` .*; no checkpoint was "
-                       r"written yet \(set run.save_every"):  # fmt: skip
+                       r"Resume from the latest complete checkpoint with `drmas train --resume`") as lost:  # fmt: skip
         dist.updater.update(samples, np.ones(len(samples)), 0)
+    with pytest.raises(DistributedError, match=r"(?s)died during the update.*; no checkpoint was written yet "
+                       r"\(set run.save_every"):  # fmt: skip
+        dist.updater.recover(lost.value, None)  # the trainer asks; without a checkpoint there is nothing to rebuild from

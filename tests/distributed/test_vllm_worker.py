@@ -24,6 +24,7 @@ import pytest
 import torch
 from tiny_rl import tiny_loader
 
+from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.backends.base import SamplingParams
 from drmas_train.model.models import ModelSpec
 from drmas_train.run.config import ConfigError, load_config
@@ -284,10 +285,14 @@ def test_engine_kwargs_split_the_gpu_share_between_colocated_models():
 
     gpu = ["distributed.enabled=true", "distributed.generation_engine=vllm", "distributed.devices_per_node=4",
            "rollout.max_prompt_tokens=100", "rollout.max_new_tokens=28", "seed=5"]  # fmt: skip
+    def engine_kwargs(cfg):  # as RayUpdater.build calls it
+        r = cfg.rollout
+        return vllm_engine_kwargs(cfg.distributed, 3, seed=cfg.seed, max_model_len=r.max_prompt_tokens + r.max_new_tokens)
+
     cfg = load_config(None, [*gpu, "distributed.vllm_gpu_memory_utilization=0.6"])
-    assert vllm_engine_kwargs(cfg, 3) == {"gpu_memory_utilization": pytest.approx(0.2), "seed": 5, "max_model_len": 128}
+    assert engine_kwargs(cfg) == {"gpu_memory_utilization": pytest.approx(0.2), "seed": 5, "max_model_len": 128}
     cfg = load_config(None, [*gpu, "distributed.colocate=false", "distributed.vllm_kwargs.max_model_len=64"])
-    assert vllm_engine_kwargs(cfg, 3) == {"gpu_memory_utilization": 0.5, "seed": 5, "max_model_len": 64}
+    assert engine_kwargs(cfg) == {"gpu_memory_utilization": 0.5, "seed": 5, "max_model_len": 64}
 
 
 def test_config_error_exits_2_without_a_traceback(capsys):
@@ -376,6 +381,17 @@ def fake_ray(monkeypatch):
     ray.kill = lambda actor, no_restart=True: None
     monkeypatch.setitem(sys.modules, "ray", ray)
     monkeypatch.setitem(sys.modules, "ray.exceptions", exceptions)
+    # the distributed modules import ray (and its exception types) at their top: point those names at the fake
+    import drmas_train.distributed.generation_engines as engines
+    import drmas_train.distributed.train_ranks as ranks
+    import drmas_train.distributed.updater as updater
+    import drmas_train.distributed.worker_group as wg
+
+    for module in (engines, ranks, updater, wg):
+        monkeypatch.setattr(module, "ray", ray)
+    for module in (engines, ranks):
+        monkeypatch.setattr(module, "RayActorError", FakeActorError)
+    monkeypatch.setattr(engines, "ActorUnavailableError", FakeUnavailable)
     return ray
 
 
@@ -391,7 +407,7 @@ class FakeTrainRank:
     def setup(self, addr, port):
         return "fsdp2"
 
-    def update(self, samples, advantages, seed, kwargs, recompute=False):
+    def update(self, samples, advantages, seed, settings):
         EVENTS.append(("update", self.model_id, len(samples)))
         self.state = {k: v + 1 for k, v in self.state.items()}
         return {"loss": 0.5}
@@ -412,9 +428,9 @@ def make_group(model_id="m", **kwargs):
 
 @pytest.fixture
 def fake_ranks(monkeypatch, fake_ray, fake_vllm):
-    import drmas_train.distributed.worker_group as wg
+    import drmas_train.distributed.train_ranks as ranks
 
-    monkeypatch.setattr(wg, "TrainWorker", FakeTrainRank)
+    monkeypatch.setattr(ranks, "TrainWorker", FakeTrainRank)
 
 
 def test_one_colocated_iteration_sleeps_before_the_update_and_wakes_then_loads_after(fake_ranks):
@@ -426,7 +442,7 @@ def test_one_colocated_iteration_sleeps_before_the_update_and_wakes_then_loads_a
     gens = group.generate_ids([[4, 6], [5, 7]], SamplingParams(max_new_tokens=2, seed=1))
     assert len(gens) == 2 and EVENTS == [("generate", 2)]
     EVENTS.clear()
-    group.update([object()] * 3, np.zeros(3), 0, {})
+    group.update([object()] * 3, np.zeros(3), 0, UpdateSettings.defaults())
     assert EVENTS == [("sleep", 1), ("update", "m", 3),
                       ("wake_up", ("weights",)), ("load", n), ("reset_prefix_cache",), ("wake_up", ("kv_cache",))]  # fmt: skip
     loaded = dict(FakeLLM.instances[0].loaded[-n:])
@@ -446,8 +462,9 @@ def test_colocated_updater_sleeps_every_engine_before_any_update_and_pushes_afte
     assert cfg.distributed.colocate
     samples = [SimpleNamespace(model_id=m) for m in "aab"]
     EVENTS.clear()
-    metrics = RayUpdater(cfg, None, groups, None).update(samples, np.zeros(3), 0)
-    assert metrics == {"loss/a/loss": 0.5, "loss/b/loss": 0.5}
+    settings = UpdateSettings.from_config(cfg.algorithm, cfg.optim, temperature=cfg.rollout.temperature)
+    metrics = RayUpdater(settings, cfg.distributed, None, groups, None).update(samples, np.zeros(3), 0)
+    assert {k: v for k, v in metrics.items() if k.startswith("loss/")} == {"loss/a/loss": 0.5, "loss/b/loss": 0.5}
     n = len(tiny_state())
     push = [("wake_up", ("weights",)), ("load", n), ("reset_prefix_cache",), ("wake_up", ("kv_cache",))]
     assert EVENTS == [("sleep", 1), ("sleep", 1), ("update", "a", 2), ("update", "b", 1), *push, *push]
@@ -459,10 +476,11 @@ def test_a_vllm_worker_that_dies_mid_rollout_is_restarted_repushed_and_reissued(
     prompts = [[4, 6], [5, 7], [8, 9]]
     sampling = SamplingParams(max_new_tokens=3, n=2, seed=5)
     want = [(g.prompt_ids, g.response_ids) for g in group.generate_ids(prompts, sampling)]
-    group.generators[0].crash_on("generate_ids")
+    group.engines.actors[0].crash_on("generate_ids")
     EVENTS.clear()
     got = [(g.prompt_ids, g.response_ids) for g in group.generate_ids(prompts, sampling)]
-    assert got == want and group.restarts == 1  # every row exactly once, as without the fault
+    assert got == want and group.engines.restarts == 1  # every row exactly once, as without the fault
+    assert group.engines.reissued_calls == 3 * 2  # the one worker's chunk: 3 prompts x n=2 rows
     n = len(tiny_state())
     # the restarted engine starts asleep and stale; the push wakes it, then the chunk is re-issued
     assert EVENTS == [("sleep", 1), ("wake_up", ("weights",)), ("load", n), ("reset_prefix_cache",),

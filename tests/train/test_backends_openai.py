@@ -17,7 +17,7 @@ uvicorn = pytest.importorskip("uvicorn")
 from drmas_train.backends.base import SamplingParams  # noqa: E402
 from drmas_train.backends.hf import HFBackend  # noqa: E402
 from drmas_train.backends.openai import OpenAIBackend, OpenAIServerError  # noqa: E402
-from drmas_train.backends.openai_server import create_app  # noqa: E402
+from drmas_train.serving.openai_server import create_app  # noqa: E402
 
 PROMPTS = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "Name a colour."}]]
 

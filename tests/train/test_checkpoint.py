@@ -19,14 +19,28 @@ from drmas_train.model.models import ModelSpec
 from drmas_train.run.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
+    load_model_states,
     rng_state,
     save_checkpoint,
+    save_model_states,
     set_rng_state,
 )
 from drmas_train.run.metrics_log import read_metrics
 from drmas_train.run.trainer import train
 
 HERE = Path(__file__).resolve().parent
+
+
+def _models(models, optimizers):
+    """The single-process updater's part of a checkpoint (``write_state``) for these models and optimizers."""
+    return lambda folder: save_model_states(folder, models, optimizers)
+
+
+def _load(path, models, optimizers):
+    """A checkpoint read back as the trainer does: its trainer state (and RNG states), then the models' part."""
+    state = load_checkpoint(path)
+    load_model_states(path, models, optimizers)
+    return state
 
 
 def _weights(run_dir: Path, iteration: int) -> dict[str, torch.Tensor]:
@@ -42,14 +56,14 @@ def test_save_load_round_trip_prune_and_rng(tmp_path):
     random.seed(1), np.random.seed(1), torch.manual_seed(1)
     state = rng_state()
     for it in (1, 2, 3):
-        save_checkpoint(tmp_path, it, models={"m": (loaded.model, loaded.tokenizer)}, optimizers={"m": opt},
+        save_checkpoint(tmp_path, it, write_state=_models({"m": (loaded.model, loaded.tokenizer)}, {"m": opt}),
                         sampler_state={"epoch": 0, "cursor": it}, config_yaml="seed: 0\n", keep=2)  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_000002", "iter_000003"]
     assert latest_checkpoint(tmp_path).name == "iter_000003"
     draws = (random.random(), float(np.random.rand()), float(torch.rand(1)))
     fresh = tiny_loader(ModelSpec("tiny", seed=5), "m")
     fresh_opt = build_optimizer("m", fresh.model, lr=1e-2)
-    restored = load_checkpoint(latest_checkpoint(tmp_path), models={"m": fresh.model}, optimizers={"m": fresh_opt})
+    restored = _load(latest_checkpoint(tmp_path), {"m": fresh.model}, {"m": fresh_opt})
     assert restored["iteration"] == 3 and restored["sampler"]["cursor"] == 3
     for a, b in zip(loaded.model.state_dict().values(), fresh.model.state_dict().values(), strict=False):
         assert torch.equal(a, b)
@@ -67,9 +81,9 @@ def test_failed_save_leaves_no_partial_checkpoint(tmp_path):
             (Path(path) / "half.bin").write_bytes(b"x")
             raise OSError("disk full")
 
-    save_checkpoint(tmp_path, 1, models={"m": (loaded.model, None)}, optimizers={}, sampler_state={}, config_yaml="")
+    save_checkpoint(tmp_path, 1, write_state=_models({"m": (loaded.model, None)}, {}), sampler_state={}, config_yaml="")
     with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(tmp_path, 2, models={"m": (Boom(), None)}, optimizers={}, sampler_state={}, config_yaml="")
+        save_checkpoint(tmp_path, 2, write_state=_models({"m": (Boom(), None)}, {}), sampler_state={}, config_yaml="")
     assert [p.name for p in tmp_path.iterdir()] == ["iter_000001"]
     assert latest_checkpoint(tmp_path).name == "iter_000001"
     assert latest_checkpoint(tmp_path / "nothing") is None
@@ -124,9 +138,9 @@ def test_lora_adapter_checkpoint_round_trip(tmp_path):
     opt = build_optimizer("m", model, lr=1e-2)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)  # only adapters are optimised
-    save_checkpoint(tmp_path, 1, models={"m": (model, None)}, optimizers={"m": opt}, sampler_state={}, config_yaml="")
+    save_checkpoint(tmp_path, 1, write_state=_models({"m": (model, None)}, {"m": opt}), sampler_state={}, config_yaml="")
     assert (tmp_path / "iter_000001" / "models" / "m" / "adapter_model.safetensors").is_file()
     other = lora_model(1)
-    load_checkpoint(tmp_path / "iter_000001", models={"m": other}, optimizers={"m": build_optimizer("m", other, lr=1e-2)})
+    _load(tmp_path / "iter_000001", {"m": other}, {"m": build_optimizer("m", other, lr=1e-2)})
     for (n, a), (_, b) in zip(model.named_parameters(), other.named_parameters(), strict=True):
         assert torch.equal(a, b), n

@@ -16,8 +16,9 @@ from shared_data import SHARED_DATA, shared_file
 
 from drmas_envs.data.load import load_tasks
 from drmas_train.commands.data import main as data_main
-from drmas_train.run.data_prep import ChecksumError, DataPrepError, prepare, verify
-from drmas_train.run.data_recipes import RECIPES
+from drmas_train.data.prepare import prepare, verify
+from drmas_train.data.recipe import ChecksumError, DataPrepError
+from drmas_train.data.recipes import RECIPES
 
 DAPO_SUFFIX = "\n\nLet's think step by step and output the final answer within \\boxed{}."
 

@@ -189,7 +189,7 @@ def test_cli_eval_through_an_openai_compatible_server(tmp_path):
     from test_backends_openai import _Server
 
     from drmas_train.backends.hf import HFBackend
-    from drmas_train.backends.openai_server import create_app
+    from drmas_train.serving.openai_server import create_app
 
     torch.set_num_threads(1)
     with _Server(create_app(HFBackend.from_loaded(tiny("tiny-llama")), "tiny-llama")) as url:

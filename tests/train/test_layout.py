@@ -1,119 +1,176 @@
-"""drmas_train is grouped by the stages of the data flow; the old flat module paths still import.
+"""drmas_train's layering is true: every import points down the floors of docs/architecture.md, and no modules
+import each other in a circle. Every import counts: module level, function level and ``TYPE_CHECKING`` ones.
 
-Stages, earliest first: model (+ backends) -> collect -> algorithm -> eval -> run (+ distributed) -> commands/cli.
-A module may import its own stage and earlier ones, never a later one (docs/architecture.md, Package layout).
+The floors, bottom first (a package may import its own floor's modules and any floor below, never one above):
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
 
 import drmas_train
-from drmas_train import MOVED_MODULES
 
 PACKAGE = Path(drmas_train.__file__).resolve().parent
 
-# Sub-package (first component under drmas_train) -> rank of its stage.
-STAGE_RANK = {
-    "model": 0,
-    "backends": 0,
-    "collect": 1,
-    "algorithm": 2,
-    "eval": 3,
-    "run": 4,
-    "distributed": 4,
-    "integrations": 5,
-    "commands": 5,
-    "cli": 5,
-}
+#: floor of each top-level part of drmas_train, bottom first; one part per floor (docs/architecture.md).
+FLOORS = (
+    "errors",  # the error types every stage raises (ConfigError)
+    "data",  # data preparation (drmas data): reads drmas_envs only
+    "model",  # model specs, loading, prefill, log-probs, LM head
+    "backends",  # generation engines over loaded models (HF, vLLM, OpenAI client) and their factory
+    "collect",  # the lock-step rollout, samples, task sampler
+    "algorithm",  # advantages, losses, the PPO update and its typed settings, optimizers
+    "eval",  # evaluation, metrics, results, leaderboards, LLM players
+    "serving",  # the OpenAI-compatible server
+    "distributed",  # Ray worker groups, data-parallel ranks, vLLM workers
+    "run",  # the training loop, its config, checkpoints, run directory, metrics log
+    "integrations",  # recipes for other RL libraries
+    "commands",  # one module per `drmas` subcommand
+    "cli",  # the `drmas` dispatcher
+)
+RANK = {name: i for i, name in enumerate(FLOORS)}
 
 
-def test_old_paths_are_the_moved_modules():
-    for old, stage in MOVED_MODULES.items():
-        legacy = importlib.import_module(f"drmas_train.{old}")
-        moved = importlib.import_module(f"drmas_train.{stage}.{old}")
-        assert legacy is moved, old
-        assert getattr(drmas_train, old) is moved, old
-        for name in getattr(moved, "__all__", []):
-            assert getattr(legacy, name) is getattr(moved, name), f"drmas_train.{old}.{name}"
-
-
-def test_old_path_examples():
-    from drmas_train.algorithm.advantages import get_estimator
-    from drmas_train.collect.samples import Sample
-    from drmas_train.run.trainer import train
-
-    old_advantages = importlib.import_module("drmas_train.advantages")
-    assert old_advantages.get_estimator is get_estimator
-    assert importlib.import_module("drmas_train.samples").Sample is Sample
-    assert Sample.__module__ == "drmas_train.collect.samples"  # pickles name the new path
-    assert importlib.import_module("drmas_train.trainer").train is train
-    # the module keeps its own spec, so importlib.reload() and tracebacks find its file
-    assert old_advantages.__spec__.name == "drmas_train.algorithm.advantages"
-    with pytest.raises(ModuleNotFoundError):
-        importlib.import_module("drmas_train.no_such_module")
-
-
-def test_every_stage_module_is_listed_and_nothing_is_left_flat():
-    on_disk = {
-        p.stem: p.parent.name for p in PACKAGE.glob("*/*.py") if p.parent.name in set(MOVED_MODULES.values())
-    }
-    on_disk = {k: v for k, v in on_disk.items() if k != "__init__"}
-    assert on_disk == MOVED_MODULES
-    flat = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert flat == ["__init__", "cli"]
-
-
-def _stage(module: str) -> str | None:
+def _part(module: str) -> str | None:
+    """The top-level part of drmas_train that ``module`` belongs to (None for the package root or outside it)."""
     parts = module.split(".")
-    if parts[0] != "drmas_train" or len(parts) < 2:
-        return None
-    return parts[1] if parts[1] in STAGE_RANK else MOVED_MODULES.get(parts[1])
+    return parts[1] if parts[0] == "drmas_train" and len(parts) > 1 else None
 
 
-def _imports(path: Path) -> set[str]:
-    """Every drmas_train module a file imports, at any depth (function-level and TYPE_CHECKING imports too)."""
-    found = set()
+def _module_name(path: Path, package: Path) -> str:
+    rel = path.relative_to(package.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _imports(path: Path, modules: set[str]) -> list[tuple[int, str]]:
+    """(line, module) of every package module ``path`` imports, at any depth; ``from pkg import name`` counts as
+    ``pkg.name`` when that is a module of the package, else as ``pkg``."""
+    found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
+            found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
-            if node.module == "drmas_train":
-                found.update(f"drmas_train.{a.name}" for a in node.names if not a.name.startswith("_"))
-    return {m for m in found if m.split(".")[0] == "drmas_train"}
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                found.append((node.lineno, sub if sub in modules else node.module))
+    return [(line, m) for line, m in found if m in modules]
 
 
-def test_imports_point_one_way():
-    wrong = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE.parent).with_suffix("")
-        importer = _stage(".".join(rel.parts))
-        if importer is None:
+def check_layout(package: Path, floors: tuple[str, ...] = FLOORS) -> list[str]:
+    """Every violation of the layering in the package at ``package``: an import that points up or sideways
+    between parts of different floors, a part with no floor, and every circle of module imports.
+
+    Returns:
+        one line per violation, naming the importing file and line, the imported module and both floors.
+    """
+    rank = {name: i for i, name in enumerate(floors)}
+    name = package.name
+    files = {_module_name(p, package): p for p in sorted(package.rglob("*.py"))}
+    modules = set(files)
+    problems, graph = [], {}
+    for mod, path in files.items():
+        part = mod.split(".")[1] if "." in mod else None
+        if part is not None and part not in rank:
+            problems.append(f"{path.relative_to(package.parent)}: '{part}' is on no floor; add it to FLOORS")
             continue
-        for imported in sorted(_imports(path)):
-            stage = _stage(imported)
-            if stage is not None and STAGE_RANK[stage] > STAGE_RANK[importer]:
-                wrong.append(f"{'/'.join(rel.parts)}.py ({importer}) imports {imported} ({stage})")
-    assert not wrong, "\n".join(wrong)
+        edges = set()
+        for line, imported in _imports(path, modules):
+            if imported == mod or imported == name:
+                continue
+            edges.add(imported)
+            target = imported.split(".")[1]
+            if part is None or target == part or target not in rank:
+                continue
+            if rank[target] > rank[part]:
+                problems.append(f"{path.relative_to(package.parent)}:{line} ({part}, floor {rank[part]}) imports "
+                                f"{imported} ({target}, floor {rank[target]}): an upward import")  # fmt: skip
+        graph[mod] = edges
+    problems += [f"import circle: {' -> '.join(c)} -> {c[0]}" for c in _circles(graph)]
+    return problems
 
 
-def test_eval_uses_only_models_and_collect():
-    for path in (PACKAGE / "eval").glob("*.py"):
-        stages = {_stage(m) for m in _imports(path)} - {None}
-        assert stages <= {"model", "backends", "collect", "eval"}, (path.name, stages)
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each as a list of modules."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
 
 
-def test_stage_modules_use_new_paths():
-    """Inside the package every import names the new path (the aliases are for users, not for drmas_train)."""
-    old = [
-        f"{path.relative_to(PACKAGE.parent)} imports {m}"
-        for path in PACKAGE.rglob("*.py")
-        for m in _imports(path)
-        if m.split(".")[1:2] and m.split(".")[1] in MOVED_MODULES
+def test_imports_point_down_and_never_in_a_circle():
+    problems = check_layout(PACKAGE)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_part_is_on_a_floor():
+    parts = {p.name.removesuffix(".py") for p in PACKAGE.iterdir() if not p.name.startswith(("_", "."))}
+    parts = {p for p in parts if (PACKAGE / p).is_dir() or (PACKAGE / f"{p}.py").is_file()}
+    parts.discard("configs")  # package data (YAML presets), no code
+    assert parts == set(FLOORS)
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "drmas_train"
+    for rel, text in {"__init__.py": "", **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_an_injected_upward_import_is_caught_with_its_place(tmp_path):
+    root = _tree(tmp_path, {
+        "model/__init__.py": "", "model/models.py": "def load():\n    from drmas_train.run.trainer import train\n",
+        "run/__init__.py": "", "run/trainer.py": "from drmas_train.model.models import load\n",
+    })  # fmt: skip
+    assert check_layout(root) == [
+        "drmas_train/model/models.py:2 (model, floor 2) imports drmas_train.run.trainer (run, floor 9): an upward import",
+        "import circle: drmas_train.model.models -> drmas_train.run.trainer -> drmas_train.model.models",
     ]
-    assert not old, "\n".join(old)
+
+
+def test_a_function_level_circle_inside_one_part_is_caught(tmp_path):
+    root = _tree(tmp_path, {
+        "data/__init__.py": "",
+        "data/prepare.py": "from drmas_train.data.recipes import RECIPES\n",
+        "data/recipes.py": "def build():\n    from drmas_train.data import prepare\n",
+    })  # fmt: skip
+    assert check_layout(root) == ["import circle: drmas_train.data.prepare -> drmas_train.data.recipes -> drmas_train.data.prepare"]
+
+
+@pytest.mark.parametrize("part", ["algorithm", "eval", "collect", "model", "backends"])
+def test_lower_stages_never_import_ray(part):
+    """``import ray`` lives in distributed/ (and the RLlib recipe) only."""
+    offenders = [f"{p.relative_to(PACKAGE.parent)}" for p in (PACKAGE / part).rglob("*.py")
+                 if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "ray" in
+                        ([a.name.split(".")[0] for a in n.names] if isinstance(n, ast.Import) else [(n.module or "").split(".")[0]])
+                        for n in ast.walk(ast.parse(p.read_text())))]  # fmt: skip
+    assert not offenders

@@ -8,8 +8,9 @@ import pytest
 import torch
 from backend_fakes import tiny
 
+from drmas_train.backends.factory import build_models
 from drmas_train.backends.hf import HFBackend
-from drmas_train.model.assignment import AgentAssignment, AssignmentError, ModelPool, build_models
+from drmas_train.model.assignment import AgentAssignment, AssignmentError, ModelPool
 from drmas_train.model.models import (
     LoadedModel,
     ModelNotFoundError,

@@ -11,6 +11,7 @@ from tiny_rl import tiny_config, tiny_loader
 
 import drmas_train.algorithm.update as update_module
 from drmas_train.algorithm.old_logprobs import logprob_mismatch, recompute_old_logprobs
+from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.collect.samples import Sample
 from drmas_train.model.models import ModelSpec
 from drmas_train.run.metrics_log import read_metrics
@@ -37,8 +38,8 @@ def test_mismatch_golden_numbers_over_masked_tokens():
 def test_recompute_returns_copies_and_respects_select():
     model = tiny_loader(ModelSpec("tiny"), "m").model
     samples = [Sample("u", f"t{i}", "a", "m", 0, 0, [4, 5, 6 + i], [7, 8 + i], [0.0, 0.0], [1, 1]) for i in range(3)]
-    new, metrics = recompute_old_logprobs(model, samples, pad_token_id=0, temperature=1.0, micro_batch_tokens=64,
-                                          select=[True, False, True])  # fmt: skip
+    settings = UpdateSettings.defaults(micro_batch_tokens=64)
+    new, metrics = recompute_old_logprobs(model, samples, settings, pad_token_id=0, select=[True, False, True])
     assert [s.old_logprobs for s in samples] == [[0.0, 0.0]] * 3  # inputs untouched
     assert new[1] is samples[1]
     from drmas_train.model.logprobs import forward_logprobs
@@ -51,7 +52,7 @@ def test_recompute_returns_copies_and_respects_select():
     assert metrics["old_logprob_abs_diff_max"] == pytest.approx(max(abs(x) for s in (new[0], new[2]) for x in s.old_logprobs))
     assert not model.training
     with pytest.raises(ValueError, match="select has 2 entries for 3 samples"):
-        recompute_old_logprobs(model, samples, pad_token_id=0, temperature=1.0, micro_batch_tokens=64, select=[True, True])
+        recompute_old_logprobs(model, samples, settings, pad_token_id=0, select=[True, True])
 
 
 def _first_minibatch_log_ratio(monkeypatch, tmp_path, *overrides):

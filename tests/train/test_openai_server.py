@@ -16,7 +16,7 @@ openai = pytest.importorskip("openai")
 
 from drmas_train.backends.base import SamplingParams  # noqa: E402
 from drmas_train.backends.hf import HFBackend  # noqa: E402
-from drmas_train.backends.openai_server import RequestBatcher, create_app  # noqa: E402
+from drmas_train.serving.openai_server import RequestBatcher, create_app  # noqa: E402
 
 MODEL = "tiny-llama"
 MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]

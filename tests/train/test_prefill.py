@@ -8,8 +8,8 @@ from backend_fakes import max_logprob_error, tiny
 
 from drmas_train.backends.base import SamplingParams
 from drmas_train.backends.hf import HFBackend, next_tokens, sample_weights
-from drmas_train.backends.prefill import Segment, can_stitch, length_buckets, prefill, prompt_tree
 from drmas_train.model.logprobs import cache_kwarg
+from drmas_train.model.prefill import Segment, can_stitch, length_buckets, prefill, prompt_tree
 
 SYSTEM = (
     "You are the Solver of a two-agent team. Reason step by step, show every intermediate result, "

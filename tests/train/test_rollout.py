@@ -16,8 +16,9 @@ from echo_env import EchoEnv  # noqa: E402
 
 from drmas_envs.core import ListTaskSource, Outcome, Task, TextAECEnv, Turn  # noqa: E402
 from drmas_train.backends.base import SamplingParams  # noqa: E402
+from drmas_train.backends.factory import build_models
 from drmas_train.collect.rollout import load_samples, rollout, save_samples  # noqa: E402
-from drmas_train.model.assignment import AssignmentError, ModelPool, build_models  # noqa: E402
+from drmas_train.model.assignment import AssignmentError, ModelPool  # noqa: E402
 from drmas_train.model.logprobs import forward_logprobs  # noqa: E402
 
 SAMPLING = SamplingParams(max_new_tokens=6)

@@ -20,8 +20,9 @@ from tiny_rl import tiny_loader
 
 from drmas_envs.core import ListTaskSource, Outcome, Task, TextAECEnv, Turn
 from drmas_train.backends.base import SamplingParams
+from drmas_train.backends.factory import build_models
 from drmas_train.collect.rollout import rollout
-from drmas_train.model.assignment import ModelPool, build_models
+from drmas_train.model.assignment import ModelPool
 
 # Trajectory fields as they were before the change (wall_time_s is a clock reading).
 TRAJ_FIELDS = (

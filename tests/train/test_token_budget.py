@@ -7,7 +7,7 @@ import random
 import pytest
 
 from drmas_train.algorithm.optim import micro_batches
-from drmas_train.backends.prefill import length_buckets
+from drmas_train.model.prefill import length_buckets
 from drmas_train.model.token_budget import pack_by_token_budget
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from tiny_rl import tiny_loader
 
-from drmas_train.algorithm.losses import PolicyLossConfig
 from drmas_train.algorithm.optim import build_optimizer, micro_batches
+from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
 from drmas_train.collect.samples import Sample
 from drmas_train.model.models import ModelSpec
@@ -53,8 +53,7 @@ def _update_capturing_grads(model, samples, adv, agg, budget, lr):
         return step()
 
     opt.step = capture_then_step
-    m = ppo_update(model, opt, samples, adv, loss_cfg=PolicyLossConfig(agg=agg), pad_token_id=0, temperature=1.0,
-                   micro_batch_tokens=budget)  # fmt: skip
+    m = ppo_update(model, opt, samples, adv, UpdateSettings.defaults(loss_agg=agg, micro_batch_tokens=budget), pad_token_id=0)
     assert len(captured) == 1  # one mini-batch: one optimizer step however many micro-batches
     return m, captured[0], torch.cat([p.detach().flatten() for p in model.parameters()])
 
@@ -134,8 +133,8 @@ def test_skipping_zero_advantage_samples_is_exact():
         model = copy.deepcopy(base)
         opt = build_optimizer("m", model, lr=1e-2, weight_decay=0.01)
         for _ in range(2):  # two iterations so that AdamW moments and weight decay matter
-            m = ppo_update(model, opt, samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0,
-                           micro_batch_tokens=12, skip_zero_advantage=skip)  # fmt: skip
+            m = ppo_update(model, opt, samples, adv, UpdateSettings.defaults(micro_batch_tokens=12, skip_zero_advantage=skip),
+                           pad_token_id=0)  # fmt: skip
         metrics.append(m)
         weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     torch.testing.assert_close(weights[0], weights[1], atol=1e-7, rtol=1e-6)
@@ -144,5 +143,5 @@ def test_skipping_zero_advantage_samples_is_exact():
     # all advantages zero: nothing to compute, the step still happens on zero gradients (decay, moments)
     model = copy.deepcopy(base)
     opt = build_optimizer("m", model, lr=1e-2)
-    m = ppo_update(model, opt, samples, np.zeros(6), loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0)
+    m = ppo_update(model, opt, samples, np.zeros(6), UpdateSettings.defaults(micro_batch_tokens=8192), pad_token_id=0)
     assert m["grad_norm"] == 0.0 and m["steps"] == 1.0 and "pg_loss" not in m

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from drmas_train.algorithm.losses import PolicyLossConfig
 from drmas_train.algorithm.memory_budget import (
     activation_bytes_per_token,
     auto_micro_batch_tokens,
@@ -16,6 +15,7 @@ from drmas_train.algorithm.memory_budget import (
 )
 from drmas_train.algorithm.optim import ModelOptimizer, build_optimizer, prompt_micro_batches
 from drmas_train.algorithm.precision import bf16_native, resolve_autocast
+from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import forward_logprobs
@@ -51,7 +51,7 @@ def test_shared_prompt_and_chunked_update_equal_the_plain_update(entropy_coef):
     base = load_model("tiny-llama").model
     samples = _group_samples(base)
     adv = np.array([1.0, -0.5, 0.3, -1.2, 0.8, 0.4, -0.9, 0.2, 0.6])
-    cfg = PolicyLossConfig(entropy_coef=entropy_coef)
+    cfg = UpdateSettings.defaults(entropy_coef=entropy_coef, temperature=0.8, micro_batch_tokens=8192)
     results = {}
     for name, kwargs in {
         "plain": {"lm_head_chunk": 0, "share_prompts": False},
@@ -61,7 +61,7 @@ def test_shared_prompt_and_chunked_update_equal_the_plain_update(entropy_coef):
     }.items():
         model = copy.deepcopy(base)
         before = torch.cat([p.detach().flatten() for p in model.parameters()])
-        m = ppo_update(model, _sgd(model), samples, adv, loss_cfg=cfg, pad_token_id=0, temperature=0.8, **kwargs)
+        m = ppo_update(model, _sgd(model), samples, adv, cfg.replace(**kwargs), pad_token_id=0)
         results[name] = (m, before - torch.cat([p.detach().flatten() for p in model.parameters()]))
     plain_m, plain_g = results["plain"]
     assert plain_g.abs().max() > 0
@@ -82,8 +82,8 @@ def test_activation_checkpointing_gives_the_same_step_and_saves_memory():
     for every in (0, 1):
         model = copy.deepcopy(base)
         before = torch.cat([p.detach().flatten() for p in model.parameters()])
-        ppo_update(model, _sgd(model), samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0,
-                   activation_checkpointing=every)  # fmt: skip
+        ppo_update(model, _sgd(model), samples, adv,
+                   UpdateSettings.defaults(activation_checkpointing=every, micro_batch_tokens=8192), pad_token_id=0)
         steps.append(before - torch.cat([p.detach().flatten() for p in model.parameters()]))
         assert not model.is_activation_checkpointing  # switched off again after the update
     torch.testing.assert_close(steps[1], steps[0], rtol=1e-5, atol=1e-7)
@@ -92,8 +92,7 @@ def test_activation_checkpointing_gives_the_same_step_and_saves_memory():
     model.activation_checkpointing_enable({"use_reentrant": False})
     assert activation_bytes_per_token(model, 64, lm_head_chunk=None) < 0.5 * plain
     with pytest.raises(ValueError, match="activation_checkpointing must be >= 0"):
-        ppo_update(model, _sgd(model), samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0,
-                   activation_checkpointing=-1)  # fmt: skip
+        ppo_update(model, _sgd(model), samples, adv, UpdateSettings.defaults(activation_checkpointing=-1), pad_token_id=0)
 
 
 def test_kl_term_uses_the_fast_path_for_the_reference_too():
@@ -107,8 +106,9 @@ def test_kl_term_uses_the_fast_path_for_the_reference_too():
         with torch.no_grad():  # move the policy away from the reference so that the KL is non-zero
             for p in model.parameters():
                 p.add_(0.05 * torch.randn_like(p))
-        out.append(ppo_update(model, _sgd(model), samples, adv, loss_cfg=PolicyLossConfig(kl_coef=0.1), pad_token_id=0,
-                              temperature=1.0, ref_model=ref, share_prompts=share, lm_head_chunk=0 if not share else None))  # fmt: skip
+        settings = UpdateSettings.defaults(kl_coef=0.1, share_prompts=share, lm_head_chunk=0 if not share else None,
+                                           micro_batch_tokens=8192)  # fmt: skip
+        out.append(ppo_update(model, _sgd(model), samples, adv, settings, pad_token_id=0, ref_model=ref))
     assert out[0]["kl"] > 1e-4
     assert out[1]["kl"] == pytest.approx(out[0]["kl"], rel=1e-4)
     assert out[1]["grad_norm"] == pytest.approx(out[0]["grad_norm"], rel=1e-4)
@@ -169,13 +169,13 @@ def test_ppo_update_auto_budget_and_bad_budget():
     model = load_model("tiny-llama").model
     samples = _group_samples(model)
     adv = np.linspace(-1, 1, len(samples))
-    m = ppo_update(model, build_optimizer("m", model), samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0,
-                   temperature=1.0, micro_batch_tokens="auto")  # fmt: skip
+    m = ppo_update(model, build_optimizer("m", model), samples, adv, UpdateSettings.defaults(micro_batch_tokens="auto"),
+                   pad_token_id=0)  # fmt: skip
     longest = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     assert m["micro_batch_tokens"] >= longest and m["steps"] == 1.0
     with pytest.raises(ValueError, match="micro_batch_tokens must be an int >= 1 or 'auto'"):
-        ppo_update(model, build_optimizer("m", model), samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0,
-                   temperature=1.0, micro_batch_tokens="big")  # fmt: skip
+        ppo_update(model, build_optimizer("m", model), samples, adv, UpdateSettings.defaults(micro_batch_tokens="big"),
+                   pad_token_id=0)  # fmt: skip
 
 
 def test_bf16_autocast_logprobs_within_tolerance_and_mode_resolution():
@@ -196,7 +196,7 @@ def test_bf16_autocast_logprobs_within_tolerance_and_mode_resolution():
     with pytest.raises(ValueError, match="autocast mode 'fp8' is not one of"):
         resolve_autocast("fp8", "cpu")
     m = ppo_update(model, build_optimizer("m", model), samples, np.linspace(-1, 1, len(samples)),
-                   loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0, autocast_dtype=torch.bfloat16)  # fmt: skip
+                   UpdateSettings.defaults(autocast="bf16", micro_batch_tokens=8192), pad_token_id=0)  # fmt: skip
     assert np.isfinite(m["grad_norm"]) and m["grad_norm"] > 0
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
@@ -216,7 +216,7 @@ def test_lora_model_takes_the_fast_path_with_the_same_step():
         before = torch.cat([p.detach().flatten() for p in trainable])
         opt = torch.optim.SGD(trainable, lr=1.0)
         mopt = ModelOptimizer("m", opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0), grad_clip=1e9)
-        ppo_update(model, mopt, samples, adv, loss_cfg=PolicyLossConfig(), pad_token_id=0, temperature=1.0, **kwargs)
+        ppo_update(model, mopt, samples, adv, UpdateSettings.defaults(micro_batch_tokens=8192, **kwargs), pad_token_id=0)
         steps.append(before - torch.cat([p.detach().flatten() for p in trainable]))
     assert steps[0].abs().max() > 0
     torch.testing.assert_close(steps[1], steps[0], rtol=1e-4, atol=1e-6 * float(steps[0].abs().max()))

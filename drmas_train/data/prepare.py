@@ -4,138 +4,31 @@ A :class:`Recipe` names the raw files it reads (:class:`RecipeInput`: where each
 fetches it) and a ``build`` function; :func:`prepare` locates every input (naming each missing one at once), checks
 pinned hashes, builds into a temporary directory, moves the outputs in and writes ``MANIFEST.json`` (SHA-256, size
 and rows of every input and output); :func:`verify` re-hashes against it. The recipes themselves (the Dr. MAS
-reference's math, search and wiki-18 sets) live in :mod:`drmas_train.run.data_recipes`.
+reference's math, search and wiki-18 sets) live in :mod:`drmas_train.data.recipes`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "DataPrepError",
-    "MissingInputError",
-    "ChecksumError",
-    "RecipeInput",
-    "Recipe",
-    "MANIFEST",
-    "CHUNK_BYTES",
-    "get_recipe",
-    "find_input",
-    "prepare",
-    "verify",
-    "sha256_file",
-    "missing_data_hint",
-    "require_task_files",
-]
+from drmas_train.data.recipe import (
+    MANIFEST,
+    ChecksumError,
+    DataPrepError,
+    MissingInputError,
+    Recipe,
+    find_input,
+    sha256_file,
+)
+from drmas_train.data.recipes import RECIPES
 
-#: name of the manifest written next to the prepared files.
-MANIFEST = "MANIFEST.json"
-_SUFFIXES = (".parquet", ".jsonl", ".json")
-#: read/copy size for large files (1 MiB).
-CHUNK_BYTES = 1 << 20
-
-
-class DataPrepError(ValueError):
-    """A recipe cannot run: unknown recipe, malformed rows, an existing output, ... (the message says what to do)."""
-
-
-class MissingInputError(DataPrepError):
-    """A raw input file is missing; the message names the file and the command that fetches it."""
-
-
-class ChecksumError(DataPrepError):
-    """A file's SHA-256 differs from the pinned or recorded one."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RecipeInput:
-    """One raw file a recipe reads.
-
-    Attributes:
-        name: short name (``"aime24"``), also the ``data_source`` tag of its tasks unless the rows carry their own.
-        stem: path under the raw directory without suffix (``"aime24"``, ``"nq_hotpotqa_train/test"``); the first
-            of ``stem + s`` for s in ``suffixes`` that exists is read.
-        origin: where the file comes from (dataset id and split), for messages and the manifest.
-        fetch: a shell command that writes the file; ``{raw}`` stands for the raw directory.
-        suffixes: accepted file suffixes, in order of preference.
-        sha256: the expected SHA-256 when the source pins it (None: recorded, not checked).
-    """
-
-    name: str
-    stem: str
-    origin: str
-    fetch: str
-    suffixes: tuple[str, ...] = _SUFFIXES
-    sha256: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Recipe:
-    """A data set of the reference, rebuilt from raw files.
-
-    Attributes:
-        name: recipe name (``drmas data prepare <name>``).
-        description: one line.
-        reference: the reference file it reproduces.
-        inputs: the raw files.
-        build: ``(input paths by name, out dir) -> {output file name: row count}``; writes the outputs into the
-            (temporary) out dir and raises :class:`DataPrepError` for bad rows.
-        outputs: the file names ``build`` writes.
-        next_steps: printed after a successful run (``{out}`` = the output directory).
-    """
-
-    name: str
-    description: str
-    reference: str
-    inputs: tuple[RecipeInput, ...]
-    build: Callable[[dict[str, Path], Path], dict[str, int]]
-    outputs: tuple[str, ...]
-    next_steps: str = ""
-
-
-def sha256_file(path: str | Path, *, progress: bool = False) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB chunks (works for multi-GB indexes).
-
-    Args:
-        progress: show a tqdm bar (in bytes) for files over 64 MiB.
-    """
-    from tqdm.auto import tqdm
-
-    path = Path(path)
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with path.open("rb") as handle, tqdm(total=size, unit="B", unit_scale=True, desc=f"sha256 {path.name}",
-                                         disable=not progress or size < 64 * CHUNK_BYTES) as bar:  # fmt: skip
-        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
-            digest.update(chunk)
-            bar.update(len(chunk))
-    return digest.hexdigest()
-
-
-def find_input(spec: RecipeInput, raw: Path) -> Path:
-    """The file of ``spec`` under ``raw``.
-
-    Raises:
-        MissingInputError: none of the accepted names exists; names the expected path and the fetch command.
-    """
-    for suffix in spec.suffixes:
-        path = raw / f"{spec.stem}{suffix}"
-        if path.is_file():
-            return path
-    names = " or ".join(f"{spec.stem}{s}" for s in spec.suffixes)
-    raise MissingInputError(
-        f"missing input {spec.name!r}: expected {raw / names} ({spec.origin}). Fetch it with:\n"
-        f"  {spec.fetch.format(raw=raw)}"
-    )
+__all__ = ["get_recipe", "prepare", "verify", "missing_data_hint"]
 
 
 def get_recipe(name: str) -> Recipe:
@@ -144,8 +37,6 @@ def get_recipe(name: str) -> Recipe:
     Raises:
         DataPrepError: unknown name; lists the recipes and suggests the closest.
     """
-    from drmas_train.run.data_recipes import RECIPES
-
     if name in RECIPES:
         return RECIPES[name]
     import difflib
@@ -273,8 +164,6 @@ def verify(out: str | Path, *, check_inputs: bool = True) -> list[str]:
 
 def missing_data_hint(path: str | Path) -> str:
     """For a task/corpus path that does not exist: the ``drmas data prepare`` command that writes it, if any."""
-    from drmas_train.run.data_recipes import RECIPES
-
     p = Path(path)
     for recipe in RECIPES.values():
         if p.name in recipe.outputs and p.parent.name == recipe.name:
@@ -283,23 +172,3 @@ def missing_data_hint(path: str | Path) -> str:
         if p.name in recipe.outputs:
             return f"; if it is {recipe.name!r} data: drmas data prepare {recipe.name} --out {p.parent} (see: drmas data list)"
     return ""
-
-
-def require_task_files(cfg: Any) -> None:
-    """Check that the task files a :class:`~drmas_train.run.config.TrainConfig` names exist (``env.data``,
-    ``env.kwargs.tasks``, and ``eval.data`` when evaluating), before anything loads.
-
-    Raises:
-        drmas_train.run.config.ConfigError: naming the key, the path and, for a recipe's output, the
-            ``drmas data prepare`` command that writes it.
-    """
-    from drmas_train.run.config import ConfigError
-
-    keys = (("env.data", cfg.env.data), ("env.kwargs.tasks", cfg.env.kwargs.get("tasks")),
-            ("eval.data", cfg.eval.data if cfg.eval.every > 0 else None))  # fmt: skip
-    for key, spec in keys:
-        if isinstance(spec, str) and spec.endswith(_SUFFIXES) and not Path(spec).is_file():
-            from drmas_train.run.env_setup import DATA_FORMS
-
-            hint = missing_data_hint(spec)  # a recipe's output: the command that writes it; else the accepted forms
-            raise ConfigError(f"{key}={spec!r}: task file {spec!r} not found" + (hint or f". Accepted: {DATA_FORMS}"))

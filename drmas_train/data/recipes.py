@@ -1,6 +1,6 @@
 """The paper's data, built from files a user downloads: ``drmas data prepare <recipe>``.
 
-Each :class:`~drmas_train.run.data_prep.Recipe` rebuilds one of the Dr. MAS reference's data sets from the raw files its preprocessing script
+Each :class:`~drmas_train.data.prepare.Recipe` rebuilds one of the Dr. MAS reference's data sets from the raw files its preprocessing script
 downloads, without network access here (no Hugging Face Hub calls: the user fetches the files; every missing one is
 named with the command that fetches it):
 
@@ -20,9 +20,9 @@ recipe              reference                                                   
 Task files are drmas ``tasks`` JSONL (:meth:`drmas_envs.core.Task.to_dict` rows, one per line, each with its
 ``data_source`` tag), read back by :func:`drmas_envs.data.load_tasks` and the search envs' ``tasks=``.
 
-Checksums: the reference and its sources pin no file hashes, so :func:`drmas_train.run.data_prep.prepare` records the
+Checksums: the reference and its sources pin no file hashes, so :func:`drmas_train.data.prepare.prepare` records the
 SHA-256, size and row count of every input and output in ``MANIFEST.json`` and ``drmas data verify <out>`` re-hashes
-against it; an input whose :attr:`~drmas_train.run.data_prep.RecipeInput.sha256` is set is checked before use.
+against it; an input whose :attr:`~drmas_train.data.prepare.RecipeInput.sha256` is set is checked before use.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import Task
-from drmas_train.run.data_prep import CHUNK_BYTES, DataPrepError, Recipe, RecipeInput
+from drmas_train.data.recipe import CHUNK_BYTES, DataPrepError, Recipe, RecipeInput
 
 __all__ = ["RECIPES", "SEARCH_TEST_SOURCES", "SEARCH_TRAIN_SOURCES", "dapo_task", "problem_task"]
 

@@ -23,16 +23,14 @@ backend. Backends are not thread-safe, so only that thread ever calls the backen
 ``on_tokens``), else one event per choice once it is done; then a final event with ``finish_reason``, an optional
 usage event, and ``data: [DONE]``.
 
-    python -m drmas_train.backends.openai_server --model tiny-qwen3 --port 8000
+    drmas serve --model smollm2-135m-instruct --port 8000      # drmas_train.commands.serve
 """
 
 # no `from __future__ import annotations`: FastAPI and pydantic resolve the local models below at runtime
 
-import argparse
 import asyncio
 import concurrent.futures
 import dataclasses
-import inspect
 import json
 import logging
 import queue
@@ -42,9 +40,9 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from drmas_train.backends.base import Generation, SamplingParams
+from drmas_train.backends.base import Generation, SamplingParams, reports_tokens
 
-__all__ = ["create_app", "main", "RequestBatcher"]
+__all__ = ["create_app", "RequestBatcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,18 +84,15 @@ class RequestBatcher:
         self.max_batch_prompts = max_batch_prompts
         self.backend_calls = 0  # batched generate calls made (for tests and metrics)
         self._queue: queue.Queue[_Job | None] = queue.Queue()
-        self._streams = {
-            name: "on_tokens" in inspect.signature(fn).parameters
-            for name in ("generate", "generate_ids")
-            if callable(fn := getattr(backend, name, None))
-        }
+        self._methods = {name for name in ("generate", "generate_ids") if callable(getattr(backend, name, None))}
+        self._streams = reports_tokens(backend)  # one answer for both methods: generate passes on_tokens on
         self._thread = threading.Thread(target=self._run, name="drmas-openai-batcher", daemon=True)
         self._thread.start()
 
     @property
     def supports_ids(self) -> bool:
         """Whether raw (token-id) prompts can be served (``/v1/completions``)."""
-        return "generate_ids" in self._streams and getattr(self.backend, "tokenizer", None) is not None
+        return "generate_ids" in self._methods and getattr(self.backend, "tokenizer", None) is not None
 
     def submit(self, kind: str, prompts: list[Any], sampling: SamplingParams,
                on_token: Callable[[int, int], None] | None = None) -> concurrent.futures.Future:  # fmt: skip
@@ -148,7 +143,7 @@ class RequestBatcher:
             owner.extend((job, i) for i in range(len(job.prompts) * sampling.n))
         kwargs: dict[str, Any] = {}
         method = "generate" if kind == "chat" else "generate_ids"
-        if self._streams.get(method) and any(job.on_token for job in group):
+        if self._streams and any(job.on_token for job in group):
 
             def on_tokens(rows: list[int], tokens: list[int]) -> None:
                 for row, token in zip(rows, tokens, strict=True):
@@ -431,27 +426,3 @@ def create_app(backend: Any, model_name: str, *, batch_window_s: float = 0.02, m
 
     return app
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Serve a model (:func:`drmas_train.model.models.load_model`) with the HF backend."""
-    import uvicorn
-
-    from drmas_train.backends.hf import HFBackend
-    from drmas_train.model.models import load_model
-
-    parser = argparse.ArgumentParser(description="OpenAI-compatible server over a drmas HF backend")
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="named model, local path or HF id")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--batch-window", type=float, default=0.02, help="seconds a request waits for others to batch with")
-    parser.add_argument("--max-batch", type=int, default=64, help="most prompts in one batched generate call")
-    args = parser.parse_args(argv)
-    loaded = load_model(args.model)
-    app = create_app(HFBackend.from_loaded(loaded), loaded.model_id, batch_window_s=args.batch_window,
-                     max_batch_prompts=args.max_batch)  # fmt: skip
-    uvicorn.run(app, host=args.host, port=args.port)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

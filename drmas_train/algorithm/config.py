@@ -1,0 +1,111 @@
+"""The ``algorithm`` and ``optim`` sections of the training config: advantage estimator, PPO loss, optimizer.
+
+Defaults are the Dr. MAS / verl reference's (``langfengQ/DrMAS verl/trainer/config/ppo_trainer.yaml``), and each
+setting has its default here only: the update's typed settings (:class:`drmas_train.algorithm.settings.UpdateSettings`)
+and the loss settings (:class:`drmas_train.algorithm.losses.PolicyLossConfig`) are built from these sections and
+restate none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from drmas_train.algorithm.advantages import SINGLETON_MODES, get_estimator
+from drmas_train.algorithm.losses import LOSS_FIELDS, PolicyLossConfig
+from drmas_train.algorithm.precision import AUTOCAST_MODES
+from drmas_train.errors import ConfigError, require
+
+__all__ = ["AlgorithmConfig", "OptimConfig"]
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage estimator and PPO loss (defaults: the Dr. MAS / verl reference)."""
+
+    estimator: str = "drmas"
+    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` (:mod:`drmas_train.algorithm.advantages`)."""
+    norm_by_std: bool = True
+    """divide by the group std (False = Dr. GRPO, arXiv 2503.20783)."""
+    eps: float = 1e-6
+    """added to the std."""
+    unbiased_std: bool = True
+    """n-1 std as the reference (``torch.std``)."""
+    singleton: str = "zero"
+    """advantage of a group with one valid member: ``"zero"`` (drmas: A = 0, nothing to compare with) or
+    ``"raw"`` (the reference: the score over 1 + eps); see :mod:`drmas_train.algorithm.advantages` and docs/fidelity.md."""
+    ppo_epochs: int = 1
+    """passes over each iteration's samples."""
+    mini_batches: int = 1
+    """optimizer steps per epoch (the batch is split into this many mini-batches)."""
+    clip_low: float = 0.2
+    """PPO lower clip epsilon."""
+    clip_high: float = 0.2
+    """PPO upper clip epsilon (DAPO clip-higher: 0.28)."""
+    dual_clip_c: float | None = 3.0
+    """dual-clip constant (null = off)."""
+    loss_agg: str = "token-mean"
+    """``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum``."""
+    kl_coef: float = 0.0
+    """KL(pi || pi_ref) weight; 0 = off (reference default). > 0 keeps a frozen copy of each trained model."""
+    kl_estimator: str = "k3"
+    """``k1`` | ``k3``."""
+    entropy_coef: float = 0.0
+    """entropy bonus weight."""
+    recompute_old_logprobs: bool = True
+    """True (the reference): before the update, recompute π_old's log-probs with the training model
+    (:mod:`drmas_train.algorithm.old_logprobs`; langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1265) and log the mismatch with
+    the rollout engine's (``loss/<model>/old_logprob_abs_diff_max`` / ``_mean``); False: use the engine's log-probs
+    as π_old (saves one forward pass; the first PPO ratio then also carries the engine/trainer drift)."""
+
+    def validate(self) -> None:
+        """Raises: ConfigError: naming the key (``algorithm.<field>``), the bad value and what is accepted."""
+        try:
+            get_estimator(self.estimator)
+        except ValueError as err:
+            raise ConfigError(f"algorithm.estimator: {err}") from None
+        try:  # the loss settings' own checks (their messages start with the field name)
+            PolicyLossConfig(**{name: getattr(self, name) for name in LOSS_FIELDS})
+        except ValueError as err:
+            raise ConfigError(f"algorithm.{err}") from None
+        require(self.singleton in SINGLETON_MODES,
+                f"algorithm.singleton={self.singleton!r}; accepted: {', '.join(SINGLETON_MODES)}")  # fmt: skip
+        require(self.eps >= 0, f"algorithm.eps must be >= 0, got {self.eps}")
+        for key in ("ppo_epochs", "mini_batches"):
+            require(getattr(self, key) >= 1, f"algorithm.{key} must be >= 1, got {getattr(self, key)}")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW per trainable model (defaults from the reference: lr 1e-6, weight decay 0.01)."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 0
+    """linear warm-up, in optimizer steps; constant afterwards."""
+    grad_clip: float = 1.0
+    """max total grad norm per model (the pre-clip norm is logged)."""
+    micro_batch_tokens: Union[int, str] = 2048  # noqa: UP007 (OmegaConf reads typing.Union, not int | str)
+    """token budget (padded prompt + response tokens; a group's shared prompt counts once) of one forward/backward
+    micro-batch, or ``auto``: chosen from the free memory (:mod:`drmas_train.algorithm.memory_budget`). Saved activations
+    cost about 1.3 MB per token for SmolLM2-135M in float32 (docs/update-performance.md), so 2048 keeps them near
+    2.6 GB; larger budgets barely speed up a CPU update."""
+    activation_checkpointing: int = 0
+    """0 = off; k = recompute every k-th decoder layer in the backward (about 18x less activation memory at k = 1
+    for a third more forward compute; group prompts are then not shared)."""
+    autocast: str = "off"
+    """``off`` | ``bf16`` | ``auto`` (bf16 where matmuls are native bf16: CUDA or AMX CPUs;
+    :mod:`drmas_train.algorithm.precision`)."""
+
+    def validate(self) -> None:
+        """Raises: ConfigError: naming the key (``optim.<field>``), the bad value and what is accepted."""
+        require(self.lr > 0 and self.grad_clip > 0, f"optim.lr and optim.grad_clip must be > 0, got {self.lr}, {self.grad_clip}")
+        require(len(self.betas) == 2, f"optim.betas must be two numbers, got {self.betas}")
+        budget = self.micro_batch_tokens
+        require(budget == "auto" or (isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1),
+                f"optim.micro_batch_tokens must be an int >= 1 or 'auto', got {budget!r}")  # fmt: skip
+        require(self.autocast in AUTOCAST_MODES, f"optim.autocast={self.autocast!r}; accepted: {', '.join(AUTOCAST_MODES)}")
+        require(self.activation_checkpointing >= 0,
+                f"optim.activation_checkpointing must be >= 0, got {self.activation_checkpointing}")  # fmt: skip
+        require(self.warmup_steps >= 0, f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")

@@ -1,0 +1,90 @@
+"""The PPO update's typed settings: what :func:`drmas_train.algorithm.update.ppo_update` needs besides its data.
+
+Built once per run from the config (:meth:`UpdateSettings.from_config`) and passed whole to the single-process
+updater, to the Ray updater and to every training rank; nobody reads update settings by string key or restates
+their defaults. The config-backed fields have no default here (their one default is in
+:mod:`drmas_train.algorithm.config` or :class:`drmas_train.collect.config.RolloutConfig`); the three knobs that no
+config section holds (``lm_head_chunk``, ``share_prompts``, ``skip_zero_advantage``) have theirs here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from drmas_train.algorithm.config import AlgorithmConfig, OptimConfig
+from drmas_train.algorithm.losses import LOSS_FIELDS, PolicyLossConfig
+
+__all__ = ["UpdateSettings", "loss_settings"]
+
+
+def loss_settings(algorithm: AlgorithmConfig) -> PolicyLossConfig:
+    """The PPO loss settings of an ``algorithm`` section."""
+    return PolicyLossConfig(**{name: getattr(algorithm, name) for name in LOSS_FIELDS})
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """Settings of one PPO update of one model (frozen; :meth:`replace` gives a changed copy).
+
+    Attributes:
+        loss: the PPO loss (clip ranges, aggregation, KL, entropy): :func:`loss_settings` of ``algorithm``.
+        temperature: the rollout temperature (``rollout.temperature``): log-probs are taken at it, as sampled.
+        ppo_epochs, mini_batches: passes over the samples and optimizer steps per pass (``algorithm.*``).
+        micro_batch_tokens: token budget of one forward/backward, or ``"auto"`` (``optim.micro_batch_tokens``).
+        activation_checkpointing: 0 = off, k = recompute every k-th decoder layer (``optim.*``).
+        autocast: ``off`` | ``bf16`` | ``auto`` (``optim.autocast``), resolved for each model's device
+            (:func:`drmas_train.algorithm.precision.resolve_autocast`).
+        recompute_old_logprobs: recompute π_old with the training model first (``algorithm.*``, the reference's).
+        lm_head_chunk: tokens per LM-head chunk (None = automatic, 0 = the plain full-logits path).
+        share_prompts: compute each group's shared prompt once per micro-batch.
+        skip_zero_advantage: skip the forward/backward of samples whose advantage is exactly 0 when no KL or
+            entropy term reads them (the update is identical).
+
+    Raises:
+        ConfigError: a value out of range, found by the check of its config section (``optim.*``, ``algorithm.*``;
+            the loss settings check themselves), so each setting has one check.
+    """
+
+    loss: PolicyLossConfig
+    temperature: float
+    ppo_epochs: int
+    mini_batches: int
+    micro_batch_tokens: int | str
+    activation_checkpointing: int
+    autocast: str
+    recompute_old_logprobs: bool
+    lm_head_chunk: int | None = None
+    share_prompts: bool = True
+    skip_zero_advantage: bool = True
+
+    def __post_init__(self) -> None:  # the config sections' own checks: one check per setting
+        OptimConfig(micro_batch_tokens=self.micro_batch_tokens, activation_checkpointing=self.activation_checkpointing,
+                    autocast=self.autocast).validate()  # fmt: skip
+        AlgorithmConfig(ppo_epochs=self.ppo_epochs, mini_batches=self.mini_batches).validate()
+
+    @classmethod
+    def from_config(cls, algorithm: AlgorithmConfig, optim: OptimConfig, *, temperature: float) -> UpdateSettings:
+        """The settings of a run: its ``algorithm`` and ``optim`` sections and ``rollout.temperature``."""
+        return cls(loss=loss_settings(algorithm), temperature=temperature, ppo_epochs=algorithm.ppo_epochs,
+                   mini_batches=algorithm.mini_batches, micro_batch_tokens=optim.micro_batch_tokens,
+                   activation_checkpointing=optim.activation_checkpointing, autocast=optim.autocast,
+                   recompute_old_logprobs=algorithm.recompute_old_logprobs)  # fmt: skip
+
+    @classmethod
+    def defaults(cls, **changes: Any) -> UpdateSettings:
+        """The settings of the config's defaults at temperature 1 with ``changes`` applied; a change named after
+        a loss field (``loss_agg``, ``kl_coef``, ...) goes to :attr:`loss`. For tests, benchmarks and scripts."""
+        return cls.from_config(AlgorithmConfig(), OptimConfig(), temperature=1.0).replace(**changes)
+
+    def replace(self, **changes: Any) -> UpdateSettings:
+        """A copy with ``changes``; loss fields (``clip_low``, ``loss_agg``, ``kl_coef``, ...) may be given directly.
+
+        Raises:
+            TypeError: a name that is neither a field of these settings nor of :class:`PolicyLossConfig`.
+        """
+        loss = {k: changes.pop(k) for k in list(changes) if k in LOSS_FIELDS}
+        if loss:
+            changes["loss"] = dataclasses.replace(changes.get("loss", self.loss), **loss)
+        return dataclasses.replace(self, **changes)

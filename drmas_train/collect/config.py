@@ -1,0 +1,44 @@
+"""The ``rollout`` section of the training config: sampling and batch shape of one iteration (N tasks x G rollouts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from drmas_train.backends.base import TRUNCATION_MODES
+from drmas_train.errors import require
+
+__all__ = ["RolloutConfig"]
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling and batch shape of one iteration (N tasks x G rollouts)."""
+
+    batch_size: int = 4
+    """N: tasks per iteration (the paper's "prompts per iteration")."""
+    group_size: int = 4
+    """G: rollouts per task sharing one ``uid`` (GRPO group size n)."""
+    temperature: float = 1.0
+    """sampling temperature (> 0 for training)."""
+    top_p: float = 1.0
+    """nucleus mass in (0, 1]."""
+    top_k: int = -1
+    """-1 = off."""
+    max_new_tokens: int = 256
+    """response length limit per agent call, in tokens."""
+    max_prompt_tokens: int = 2048
+    """prompt length limit per agent call, in tokens."""
+    truncation: str = "left"
+    """``left`` | ``middle`` | ``error`` (see :func:`drmas_train.backends.base.truncate_ids`)."""
+
+    def validate(self) -> None:
+        """Raises: ConfigError: naming the key (``rollout.<field>``), the bad value and what is accepted."""
+        for key in ("batch_size", "group_size", "max_new_tokens", "max_prompt_tokens"):
+            require(getattr(self, key) >= 1, f"rollout.{key} must be >= 1, got {getattr(self, key)}")
+        require(self.group_size >= 2, f"rollout.group_size must be >= 2, got {self.group_size}: group baselines (GRPO, "
+                "Dr. MAS) compare rollouts of the same task, so one rollout per task gives no learning signal; "
+                "accepted: 2 or more")  # fmt: skip
+        require(self.temperature > 0, f"rollout.temperature must be > 0 for training, got {self.temperature}")
+        require(self.truncation in TRUNCATION_MODES,
+                f"rollout.truncation={self.truncation!r}; accepted: {', '.join(TRUNCATION_MODES)}")  # fmt: skip
+        require(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}")

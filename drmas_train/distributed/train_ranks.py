@@ -1,0 +1,109 @@
+"""The training ranks of one model: ``N`` :class:`~drmas_train.distributed.workers.TrainWorker` actors that form one
+``torch.distributed`` process group, one per bundle of the resource pool.
+
+Jobs: start the group, run the PPO update on every rank (the same samples through one object-store copy), gather
+the full weights for the generation engines, and save / load sharded checkpoints. Ray never restarts a training
+rank: one that dies ends the call with a :class:`~drmas_train.distributed.errors.DistributedError` naming the model,
+and the updater (:meth:`~drmas_train.distributed.updater.RayUpdater.recover`) rebuilds the group from a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray.exceptions import RayActorError
+
+from drmas_train.algorithm.settings import UpdateSettings
+from drmas_train.distributed.errors import DistributedError
+from drmas_train.distributed.resource_pool import ResourcePool
+from drmas_train.distributed.workers import TrainWorker
+
+__all__ = ["TrainRanks"]
+
+
+class TrainRanks:
+    """The training ranks of model ``model_id`` on ``bundles`` of ``pool``.
+
+    Args:
+        model_id: the pool's model id. spec: its :class:`~drmas_train.model.models.ModelSpec`.
+        pool: the resource pool. bundles: bundle index of each rank (``len(bundles)`` = world size).
+        share: actors living on each bundle (2 per colocated group): each asks Ray for ``1/share`` of it.
+        loader: ``(spec, model_id) -> LoadedModel`` importable by the workers (None: ``load_model``).
+        optim_kwargs: :func:`~drmas_train.algorithm.optim.build_optimizer` arguments. kl: keep a frozen reference.
+        strategy: ``auto`` | ``fsdp2`` | ``ddp``. threads: torch threads per rank.
+
+    Raises:
+        DistributedError: a rank failed to start (its error chained).
+    """
+
+    def __init__(self, model_id: str, spec: Any, pool: ResourcePool, bundles: Sequence[int], *, share: int = 2,
+                 loader: Callable | None = None, optim_kwargs: dict[str, Any] | None = None, kl: bool = False,
+                 strategy: str = "auto", threads: int = 1) -> None:  # fmt: skip
+        self.model_id, self.world_size = model_id, len(bundles)
+        actor = ray.remote(TrainWorker)
+        self.actors = [
+            actor.options(max_restarts=0, **pool.actor_options(b, share)).remote(
+                spec, model_id, rank, self.world_size, loader=loader, optim_kwargs=optim_kwargs, kl=kl,
+                strategy=strategy, threads=threads, use_gpu=pool.gpus > 0)
+            for rank, b in enumerate(bundles)
+        ]  # fmt: skip
+        try:
+            addr, port = ray.get(self.actors[0].address.remote())
+            self.strategy = ray.get([t.setup.remote(addr, port) for t in self.actors])[0]
+        except Exception as err:
+            self.close()
+            raise DistributedError(f"worker group {model_id!r} ({self.world_size} ranks) failed to start: {err}") from err
+
+    def _get(self, refs: list[Any], what: str) -> list[Any]:
+        try:
+            return ray.get(refs)
+        except RayActorError as err:
+            raise DistributedError(
+                f"a training rank of model {self.model_id!r} died during {what}; the step is lost. Resume from the "
+                f"latest complete checkpoint with `drmas train --resume` (cause: {err})") from err  # fmt: skip
+
+    def start_update(self, samples: Sequence[Any], advantages: np.ndarray, seed: int, settings: UpdateSettings) -> list[Any]:
+        """Submit the update to every rank without waiting (groups on disjoint bundles then train at once); the
+        ranks first recompute π_old when ``settings.recompute_old_logprobs``."""
+        # one object-store copy for all ranks; Ray resolves top-level ObjectRef arguments on the worker
+        samples_ref, adv_ref = ray.put(list(samples)), ray.put(np.asarray(advantages))
+        return [t.update.remote(samples_ref, adv_ref, seed, settings) for t in self.actors]
+
+    def finish_update(self, refs: list[Any]) -> dict[str, float]:
+        """Wait for :meth:`start_update`'s ranks; rank 0's metrics (reduced over ranks, identical on each).
+
+        Raises:
+            DistributedError: a training rank died.
+        """
+        return self._get(refs, "the update")[0]
+
+    def gather_weights(self) -> Any:
+        """Collective: rank 0's full state dict put in Ray's object store; returns its ObjectRef (the driver never
+        copies the weights)."""
+        return self._get([t.publish_weights.remote() for t in self.actors], "the weight gather")[0][0]
+
+    def save(self, path: str | Path) -> None:
+        """Sharded checkpoint (model + optimizer, ``torch.distributed.checkpoint``) of every rank under ``path``."""
+        self._get([t.save.remote(str(path)) for t in self.actors], "the checkpoint save")
+
+    def save_hf(self, path: str | Path) -> None:
+        """The current weights as a Hugging Face folder at ``path``, written by rank 0 (``TrainWorker.save_hf``)."""
+        self._get([t.save_hf.remote(str(path)) for t in self.actors], "the Hugging Face export")
+
+    def load(self, path: str | Path) -> None:
+        """Inverse of :meth:`save`."""
+        self._get([t.load.remote(str(path)) for t in self.actors], "the checkpoint load")
+
+    def pids(self) -> list[int]:
+        """Process ids of the ranks (fault-injection tests kill them)."""
+        return ray.get([t.pid.remote() for t in self.actors])
+
+    def close(self) -> None:
+        """Kill the ranks (idempotent)."""
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors = []

@@ -1,0 +1,45 @@
+"""Weights on disk -> a model already built in memory (safetensors written by ``save_pretrained``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["load_weights", "is_peft"]
+
+
+def is_peft(model: Any) -> bool:
+    """Whether ``model`` is a PEFT wrapper (LoRA adapters over a base model)."""
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def load_weights(model: Any, folder: str | Path) -> None:
+    """Load weights written by ``save_pretrained`` into an already built ``model`` (full model or PEFT adapter).
+
+    Raises:
+        FileNotFoundError: no safetensors file in ``folder``.
+        RuntimeError: keys of the model missing from the files (tied weights excepted).
+    """
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    if is_peft(model):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, state)
+        return
+    result = model.load_state_dict(state, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    if isinstance(getattr(model, "_tied_weights_keys", None), dict):
+        tied = set(model._tied_weights_keys)
+    missing = [k for k in result.missing_keys if k not in tied and not k.endswith("lm_head.weight")]
+    if missing:
+        raise RuntimeError(f"checkpoint {folder} lacks weights for {missing[:5]} (+{max(len(missing) - 5, 0)} more)")
