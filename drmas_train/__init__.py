@@ -16,9 +16,11 @@ __version__ = "0.1.0"
 #: Old flat module name -> the sub-package it moved to (``drmas_train.<old>`` is ``drmas_train.<stage>.<old>``).
 MOVED_MODULES = {
     **dict.fromkeys(["models", "assignment", "tiny_tokenizer", "logprobs", "lm_head", "token_budget"], "model"),
-    **dict.fromkeys(["rollout", "samples", "sample_io", "task_sampler"], "collect"),
+    **dict.fromkeys(["rollout", "samples", "sample_io", "task_sampler", "greedy_rollout"], "collect"),
     **dict.fromkeys(
-        ["advantages", "losses", "update", "optim", "old_logprobs", "memory_budget", "precision"], "algorithm"
+        ["advantages", "grouping", "sample_advantages", "losses", "update", "optim", "old_logprobs", "memory_budget",
+         "precision"],
+        "algorithm",
     ),
     **dict.fromkeys(["evaluate", "metrics", "results", "leaderboard", "policies", "baselines"], "eval"),
     **dict.fromkeys(

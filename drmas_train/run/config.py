@@ -136,16 +136,28 @@ class AlgorithmConfig:
     """Advantage estimator and PPO loss (defaults: the Dr. MAS / verl reference)."""
 
     estimator: str = "drmas"
-    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` (:mod:`drmas_train.algorithm.advantages`)."""
+    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` | ``rloo`` | ``reinforce_pp`` | ``reinforce_pp_baseline``
+    | ``grpo_passk`` | ``gigpo`` | ``remax`` (:mod:`drmas_train.algorithm.advantages`; ``remax`` plays one extra
+    greedy episode per task each iteration for its baseline)."""
+    grouping: str | None = None
+    """which calls share a baseline: null (the estimator's own) | ``prompt`` (trajectories per prompt group) |
+    ``prompt_call`` (calls per prompt group) | ``prompt_agent`` (calls per prompt group and agent, Dr. MAS) |
+    ``prompt_agent_turn`` (and per turn, AT-GRPO); :mod:`drmas_train.algorithm.grouping`. ``reinforce_pp`` has none."""
     norm_by_std: bool = True
-    """divide by the group std (False = Dr. GRPO, arXiv 2503.20783)."""
+    """divide by the group std (False = Dr. GRPO, arXiv 2503.20783, with ``loss_agg: seq-mean-token-sum``)."""
     eps: float = 1e-6
     """added to the std."""
     unbiased_std: bool = True
     """n-1 std as the reference (``torch.std``)."""
-    singleton: str = "zero"
-    """advantage of a group with one valid member: ``"zero"`` (drmas: A = 0, nothing to compare with) or
-    ``"raw"`` (the reference: the score over 1 + eps); see :mod:`drmas_train.algorithm.advantages` and docs/fidelity.md."""
+    singleton: str = "raw"
+    """advantage of a group with one valid member: ``"raw"`` (the reference: mean 0 and std 1, i.e. the score
+    over 1 + eps) or ``"zero"`` (A = 0, nothing to compare with); see :mod:`drmas_train.algorithm.advantages` and
+    docs/fidelity.md."""
+    gamma: float = 1.0
+    """discount over a trajectory's rounds for ``gigpo``'s step rewards (the reference's default 1.0; its GiGPO
+    examples use 0.95); ``reinforce_pp`` accepts only 1."""
+    gigpo_step_weight: float = 1.0
+    """``gigpo``: weight of the step-level (anchor-state) advantage (the reference's ``step_advantage_w``)."""
     ppo_epochs: int = 1
     """passes over each iteration's samples."""
     mini_batches: int = 1
@@ -425,7 +437,7 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     Raises:
         ConfigError: naming the key, the bad value and what is accepted.
     """
-    from drmas_train.algorithm.advantages import SINGLETON_MODES, get_estimator
+    from drmas_train.algorithm.advantages import DEFAULT_GROUPING, GROUPINGS, SINGLETON_MODES, get_estimator
     from drmas_train.algorithm.losses import AGG_MODES, KL_ESTIMATORS
 
     try:
@@ -433,6 +445,14 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     except ValueError as err:
         raise ConfigError(f"algorithm.estimator: {err}") from None
     a, r, o = cfg.algorithm, cfg.rollout, cfg.optim
+    _check(a.grouping is None or a.grouping in GROUPINGS,
+           f"algorithm.grouping={a.grouping!r}; accepted: null (the estimator's own), {', '.join(GROUPINGS)}")  # fmt: skip
+    _check(a.grouping is None or DEFAULT_GROUPING[a.estimator] is not None,
+           f"algorithm.grouping={a.grouping!r}: {a.estimator} has no group baseline; accepted: null")  # fmt: skip
+    _check(0 <= a.gamma <= 1, f"algorithm.gamma must be in [0, 1], got {a.gamma}")
+    _check(a.estimator != "reinforce_pp" or a.gamma == 1,
+           f"algorithm.gamma={a.gamma}: reinforce_pp gives one advantage per call, which needs gamma = 1 (a discount "
+           "inside a response needs per-token advantages); accepted: 1")  # fmt: skip
     _check(a.loss_agg in AGG_MODES, f"algorithm.loss_agg={a.loss_agg!r}; accepted: {list(AGG_MODES)}")
     _check(a.singleton in SINGLETON_MODES, f"algorithm.singleton={a.singleton!r}; accepted: {', '.join(SINGLETON_MODES)}")
     _check(a.kl_estimator in KL_ESTIMATORS, f"algorithm.kl_estimator={a.kl_estimator!r}; accepted: {list(KL_ESTIMATORS)}")
