@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from drmas_train.algorithm.advantages import SINGLETON_MODES, get_estimator
+from drmas_train.algorithm.advantages import (
+    DEFAULT_GROUPING,
+    EPS,
+    GROUPINGS,
+    NORM_BY_STD,
+    SINGLETON,
+    SINGLETON_MODES,
+    UNBIASED,
+    get_estimator,
+)
 from drmas_train.algorithm.losses import LOSS_FIELDS, PolicyLossConfig
 from drmas_train.algorithm.precision import AUTOCAST_MODES
 from drmas_train.errors import ConfigError, require
@@ -24,16 +33,28 @@ class AlgorithmConfig:
     """Advantage estimator and PPO loss (defaults: the Dr. MAS / verl reference)."""
 
     estimator: str = "drmas"
-    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` (:mod:`drmas_train.algorithm.advantages`)."""
-    norm_by_std: bool = True
-    """divide by the group std (False = Dr. GRPO, arXiv 2503.20783)."""
-    eps: float = 1e-6
+    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` | ``rloo`` | ``reinforce_pp`` | ``reinforce_pp_baseline``
+    | ``grpo_passk`` | ``gigpo`` | ``remax`` (:mod:`drmas_train.algorithm.advantages`; ``remax`` plays one extra
+    greedy episode per task each iteration for its baseline)."""
+    grouping: str | None = None
+    """which calls share a baseline: null (the estimator's own) | ``prompt`` (trajectories per prompt group) |
+    ``prompt_call`` (calls per prompt group) | ``prompt_agent`` (calls per prompt group and agent, Dr. MAS) |
+    ``prompt_agent_turn`` (and per turn, AT-GRPO); :mod:`drmas_train.algorithm.grouping`. ``reinforce_pp`` has none."""
+    norm_by_std: bool = NORM_BY_STD
+    """divide by the group std (False = Dr. GRPO, arXiv 2503.20783, with ``loss_agg: seq-mean-token-sum``)."""
+    eps: float = EPS
     """added to the std."""
-    unbiased_std: bool = True
+    unbiased_std: bool = UNBIASED
     """n-1 std as the reference (``torch.std``)."""
-    singleton: str = "zero"
-    """advantage of a group with one valid member: ``"zero"`` (drmas: A = 0, nothing to compare with) or
-    ``"raw"`` (the reference: the score over 1 + eps); see :mod:`drmas_train.algorithm.advantages` and docs/fidelity.md."""
+    singleton: str = SINGLETON
+    """advantage of a group with one valid member: ``"raw"`` (the reference: mean 0 and std 1, i.e. the score
+    over 1 + eps) or ``"zero"`` (A = 0, nothing to compare with); see :mod:`drmas_train.algorithm.advantages` and
+    docs/fidelity.md."""
+    gamma: float = 1.0
+    """discount over a trajectory's rounds for ``gigpo``'s step rewards (the reference's default 1.0; its GiGPO
+    examples use 0.95); ``reinforce_pp`` accepts only 1."""
+    gigpo_step_weight: float = 1.0
+    """``gigpo``: weight of the step-level (anchor-state) advantage (the reference's ``step_advantage_w``)."""
     ppo_epochs: int = 1
     """passes over each iteration's samples."""
     mini_batches: int = 1
@@ -68,6 +89,14 @@ class AlgorithmConfig:
             PolicyLossConfig(**{name: getattr(self, name) for name in LOSS_FIELDS})
         except ValueError as err:
             raise ConfigError(f"algorithm.{err}") from None
+        require(self.grouping is None or self.grouping in GROUPINGS,
+                f"algorithm.grouping={self.grouping!r}; accepted: null (the estimator's own), {', '.join(GROUPINGS)}")  # fmt: skip
+        require(self.grouping is None or DEFAULT_GROUPING[self.estimator] is not None,
+                f"algorithm.grouping={self.grouping!r}: {self.estimator} has no group baseline; accepted: null")  # fmt: skip
+        require(0 <= self.gamma <= 1, f"algorithm.gamma must be in [0, 1], got {self.gamma}")
+        require(self.estimator != "reinforce_pp" or self.gamma == 1,
+                f"algorithm.gamma={self.gamma}: reinforce_pp gives one advantage per call, which needs gamma = 1 (a "
+                "discount inside a response needs per-token advantages); accepted: 1")  # fmt: skip
         require(self.singleton in SINGLETON_MODES,
                 f"algorithm.singleton={self.singleton!r}; accepted: {', '.join(SINGLETON_MODES)}")  # fmt: skip
         require(self.eps >= 0, f"algorithm.eps must be >= 0, got {self.eps}")

@@ -29,7 +29,7 @@ from drmas_envs.core.episode import EpisodeRecord, episode_record
 from drmas_train.backends.base import TRUNCATION_MODES, Generation, SamplingParams, reports_tokens
 from drmas_train.collect.progress import TokenProgress
 from drmas_train.collect.sample_io import load_samples, save_samples
-from drmas_train.collect.samples import Sample
+from drmas_train.collect.samples import Sample, observation_key
 from drmas_train.model.assignment import ModelPool
 
 __all__ = ["rollout", "RolloutResult", "TrajectoryRecord", "save_samples", "load_samples"]
@@ -367,6 +367,7 @@ def _finish(slot: _Slot, samples: list[Sample], start: float) -> TrajectoryRecor
                 data_source=episode.data_source,
                 task_id=episode.task_id,
                 finish_reason=gen.finish_reason,
+                anchor_key=observation_key(call.prompt),
             )
         )
     slot.done = True

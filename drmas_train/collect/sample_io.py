@@ -49,6 +49,7 @@ def _schema():
             ("task_id", pa.string()),
             ("finish_reason", pa.string()),
             ("extra", pa.string()),
+            ("anchor_key", pa.string()),
         ]
     )
 

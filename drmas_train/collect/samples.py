@@ -11,9 +11,19 @@ per task (group size), **N** tasks per batch, **A** agents per episode.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
-__all__ = ["Sample"]
+__all__ = ["Sample", "observation_key"]
+
+
+def observation_key(observation: str) -> str:
+    """The anchor-state key of an observation text: a 128-bit BLAKE2b hex digest (32 characters) of its UTF-8 bytes.
+
+    Equal observations give equal keys, so calls of one prompt group that acted on the same state share it (GiGPO's
+    anchor states, :func:`drmas_train.algorithm.advantages.gigpo`).
+    """
+    return hashlib.blake2b(observation.encode("utf-8"), digest_size=16).hexdigest()
 
 
 @dataclasses.dataclass
@@ -39,6 +49,9 @@ class Sample:
         data_source, task_id: the task's tags.
         finish_reason: ``"stop"`` or ``"length"``.
         extra: free-form, JSON-serialisable.
+        anchor_key: the anchor state the call acted on (GiGPO): :func:`observation_key` of the env's observation
+            text (``observe(agent)["prompt"]``, before the chat template and any truncation); ``""`` when unknown
+            (samples written before drmas recorded it).
     """
 
     uid: str
@@ -61,6 +74,7 @@ class Sample:
     task_id: str = ""
     finish_reason: str = "stop"
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    anchor_key: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; :meth:`from_dict` is its exact inverse."""

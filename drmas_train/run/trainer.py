@@ -203,18 +203,28 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
                     updater, elapsed_before)  # fmt: skip
 
 
-def compute_advantages(cfg: TrainConfig, samples: list[Any]) -> np.ndarray:
-    """(B,) advantages of the iteration's samples with the configured estimator (``turn`` = the agent's own
-    call index, ``Sample.agent_turn``)."""
-    from drmas_train.algorithm.advantages import get_estimator
+def compute_advantages(cfg: TrainConfig, samples: list[Any], greedy: list[Any] | None = None) -> np.ndarray:
+    """(B,) advantages of the iteration's samples with the configured estimator and grouping
+    (:func:`drmas_train.algorithm.sample_advantages.sample_advantages`; ``greedy``: ReMax's greedy samples)."""
+    from drmas_train.algorithm.sample_advantages import sample_advantages
 
-    a = cfg.algorithm
-    return get_estimator(a.estimator)(
-        np.array([s.reward for s in samples], dtype=np.float64),
-        uid=[s.uid for s in samples], agent_id=[s.agent_id for s in samples],
-        traj_uid=[s.traj_uid for s in samples], turn=[s.agent_turn for s in samples],
-        norm_by_std=a.norm_by_std, eps=a.eps, unbiased=a.unbiased_std, singleton=a.singleton,
-    )  # fmt: skip
+    return sample_advantages(samples, cfg.algorithm, greedy=greedy)
+
+
+def _greedy_baseline(run: RunState, tasks: list[Any], result: Any, seed: int) -> Any:
+    """ReMax's baseline: one greedy episode per task by the same rollout engine
+    (:mod:`drmas_train.collect.greedy_rollout`), or None when the estimator needs none."""
+    from drmas_train.algorithm.advantages import needs_greedy_baseline
+
+    if not needs_greedy_baseline(run.cfg.algorithm.estimator):
+        return None
+    from drmas_train.backends.base import SamplingParams
+    from drmas_train.collect.greedy_rollout import greedy_rollout
+
+    r = run.cfg.rollout
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=r.max_new_tokens)
+    return greedy_rollout(run.env_fn, tasks, run.pool, sampling, result, seed=seed, max_prompt_tokens=r.max_prompt_tokens,
+                          truncation=r.truncation, progress=run.cfg.run.progress)  # fmt: skip
 
 
 def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
@@ -337,12 +347,15 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
         result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
                          max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
+        greedy = _greedy_baseline(run, tasks, result, seed)  # ReMax only, else None
         guard.hold(f"iteration {it + 1}")  # from here to the checkpoint, Ctrl-C waits for the iteration to finish
         if cfg.run.save_samples:
             save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
         t1 = time.perf_counter()
-        adv = compute_advantages(cfg, result.samples)  # (B,)
+        adv = compute_advantages(cfg, result.samples, greedy.samples if greedy is not None else None)  # (B,)
         metrics = batch_metrics(result.samples, adv)
+        if greedy is not None:
+            metrics["rollout/greedy_score_mean"] = float(np.mean([t.score for t in greedy.trajectories]))
         try:
             metrics.update(_update_models(run, result.samples, adv, seed))
         except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop

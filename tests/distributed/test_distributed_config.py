@@ -7,8 +7,8 @@ import re
 import pytest
 
 from drmas_train.distributed.data_parallel import resolve_strategy
-from drmas_train.distributed.resource_pool import plan_world_sizes
 from drmas_train.distributed.generation_engines import chunk_seed
+from drmas_train.distributed.resource_pool import plan_world_sizes
 from drmas_train.run.config import ConfigError, load_config
 
 

@@ -65,39 +65,46 @@ def columns():
 
 
 @pytest.mark.parametrize("norm", [True, False])
-def test_drmas_with_raw_singletons_equals_the_reference_exactly(norm):
+def test_drmas_equals_the_reference_exactly(norm):
     scores, uid, traj, agent = columns()
-    ours = drmas(scores, uid=uid, agent_id=agent, traj_uid=traj, norm_by_std=norm, singleton="raw")
+    ours = drmas(scores, uid=uid, agent_id=agent, traj_uid=traj, norm_by_std=norm)  # default singleton rule
     index = [f"{u}_{a}" for u, a in zip(uid, agent, strict=True)]
     np.testing.assert_allclose(ours, reference_grpo(scores, index, traj, group_by_agent_id=True, norm=norm),
                                rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("norm", [True, False])
-def test_grpo_with_raw_singletons_equals_the_reference_exactly(norm):
+def test_grpo_equals_the_reference_exactly(norm):
     scores, uid, traj, agent = columns()
-    ours = grpo(scores, uid=uid, agent_id=agent, traj_uid=traj, norm_by_std=norm, singleton="raw")
+    ours = grpo(scores, uid=uid, agent_id=agent, traj_uid=traj, norm_by_std=norm)
     np.testing.assert_allclose(ours, reference_grpo(scores, uid, traj, group_by_agent_id=False, norm=norm),
                                rtol=1e-12, atol=1e-12)
 
 
-def test_the_lone_search_call_worked_example():
-    """The worked example of drmas_train/algorithm/advantages.py: the only Search call of group q1 (score 1.0)."""
+def test_the_lone_search_call_gets_the_reference_value_by_default():
+    """The worked example of drmas_train/algorithm/advantages.py: the only Search call of group q1 (score 1.0).
+
+    The reference gives a group of one mean 0 and std 1 (``verl/trainer/ppo/core_algos.py:553-555``), so the call's
+    advantage is ``(1.0 - 0) / (1 + 1e-6)`` (:562-563); drmas's default does the same, ``singleton="zero"`` gives 0.
+    """
     scores, uid, traj, agent = columns()
     lone = 1  # row of the Search call
-    zero = drmas(scores, uid=uid, agent_id=agent, traj_uid=traj)  # drmas default
-    raw = drmas(scores, uid=uid, agent_id=agent, traj_uid=traj, singleton="raw")
-    assert zero[lone] == 0.0 and raw[lone] == pytest.approx(1.0 / (1.0 + EPS), abs=0, rel=1e-15)
-    # every other row has a group of >= 2 and is identical under both conventions, except q2's singletons
+    default = drmas(scores, uid=uid, agent_id=agent, traj_uid=traj)
+    index = [f"{u}_{a}" for u, a in zip(uid, agent, strict=True)]
+    reference = reference_grpo(scores, index, traj, group_by_agent_id=True)
+    assert default[lone] == reference[lone] == pytest.approx(0.999999000001, abs=0, rel=1e-15)
+    zero = drmas(scores, uid=uid, agent_id=agent, traj_uid=traj, singleton="zero")
+    assert zero[lone] == 0.0
+    # every other row of q1 has a group of >= 2 and is identical under both conventions
     others = [i for i in range(len(TABLE)) if i != lone and TABLE[i][0] == "q1"]
-    np.testing.assert_array_equal(zero[others], raw[others])
+    np.testing.assert_array_equal(zero[others], default[others])
     # q2 is one trajectory: its Verifier (0.0) and Answer (-0.01) calls are singletons of their agent groups
-    assert list(zero[8:]) == [0.0, 0.0] and list(raw[8:]) == pytest.approx([0.0, -0.01 / (1.0 + EPS)], rel=1e-15)
+    assert list(zero[8:]) == [0.0, 0.0] and list(default[8:]) == pytest.approx([0.0, -0.01 / (1.0 + EPS)], rel=1e-15)
 
 
-def test_singleton_mode_is_validated_and_applies_to_every_estimator():
+def test_singleton_mode_is_validated_and_applies_to_every_group_estimator():
     scores, uid, traj, agent = columns()
-    with pytest.raises(ValueError, match=r"singleton must be one of \('zero', 'raw'\), got 'one'"):
+    with pytest.raises(ValueError, match=r"singleton must be one of \('raw', 'zero'\), got 'one'"):
         drmas(scores, uid=uid, agent_id=agent, singleton="one")
-    step = grpo_step(scores, uid=uid, agent_id=agent, singleton="raw")
+    step = grpo_step(scores, uid=uid, agent_id=agent)
     np.testing.assert_allclose(step, reference_grpo(scores, uid, list(range(len(TABLE))), group_by_agent_id=True))

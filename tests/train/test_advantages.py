@@ -1,4 +1,6 @@
-"""Golden tests for the advantage estimators (hand-computed from the definitions) and their invariants."""
+"""Golden tests for the advantage estimators (hand-computed from the definitions) and their invariants.
+
+Reference comparisons (the reference's own functions re-implemented) live in tests/fidelity/."""
 
 from __future__ import annotations
 
@@ -20,6 +22,16 @@ from drmas_train.algorithm.advantages import (
 )
 
 EPS = 1e-6
+LONE = 0.5 / (1 + EPS)  # a singleton group of score 0.5 under the default (reference) rule: mean 0, std 1
+
+
+def extra_columns(name, n, rng=None):
+    """The estimator-specific columns a generic call of estimator ``name`` needs (anchor states, a baseline)."""
+    if name == "gigpo":
+        return {"anchor": [f"s{i % 3}" for i in range(n)]}
+    if name == "remax":
+        return {"baseline": np.full(n, 0.25)}
+    return {}
 
 # One task "q1" with G=3 rollouts (unequal numbers of calls per agent, invalid calls penalised by 0.1),
 # and a singleton group "q2" (G=1). Columns: uid, traj_uid, agent_id, agent_turn, score.
@@ -50,7 +62,7 @@ def test_grpo_golden():
     sd = math.sqrt(((1 - m) ** 2 + (-0.025 - m) ** 2 + (0.95 - m) ** 2) / 2)  # unbiased: 0.577891
     t1, t2, t3 = (1 - m) / (sd + EPS), (-0.025 - m) / (sd + EPS), (0.95 - m) / (sd + EPS)
     assert t1 == pytest.approx(0.62007, abs=1e-5) and t2 == pytest.approx(-1.15361, abs=1e-5)
-    np.testing.assert_allclose(a, [t1, t1, t2, t2, t2, t2, t3, t3, 0, 0], atol=1e-12)
+    np.testing.assert_allclose(a, [t1, t1, t2, t2, t2, t2, t3, t3, LONE, LONE], atol=1e-12)  # q2: one trajectory
 
 
 def test_drmas_golden():
@@ -60,7 +72,7 @@ def test_drmas_golden():
     sol = 0.5 / (math.sqrt(1 / 3) + EPS)  # 0.866024
     # verifier in q1: [1, 0, -0.1, 0.9], mean 0.45, unbiased std sqrt(1.01/3)
     vsd = math.sqrt(1.01 / 3) + EPS
-    expected = [sol, 0.55 / vsd, -sol, -0.45 / vsd, -sol, -0.55 / vsd, sol, 0.45 / vsd, 0.0, 0.0]
+    expected = [sol, 0.55 / vsd, -sol, -0.45 / vsd, -sol, -0.55 / vsd, sol, 0.45 / vsd, LONE, LONE]
     np.testing.assert_allclose(a, expected, atol=1e-12)
     assert expected[1] == pytest.approx(0.94790, abs=1e-5)
 
@@ -72,7 +84,7 @@ def test_grpo_step_golden():
     m = 3.8 / 8
     sd = math.sqrt(sum((x - m) ** 2 for x in q1) / 7)
     np.testing.assert_allclose(a[:8], (q1 - m) / (sd + EPS), atol=1e-12)
-    np.testing.assert_array_equal(a[8:], 0.0)  # singleton group q2 -> 0 by convention
+    np.testing.assert_array_equal(a[8:], 0.0)  # q2's two calls score 0.5 each: a constant group -> 0
 
 
 def test_per_turn_golden():
@@ -81,8 +93,13 @@ def test_per_turn_golden():
     r3 = math.sqrt(1 / 3) + EPS  # solver turn 0: [1, 0, 1], mean 2/3, std sqrt(1/3)
     vm = 1.9 / 3  # verifier turn 0: [1, 0, 0.9]
     vsd = math.sqrt(((1 - vm) ** 2 + vm**2 + (0.9 - vm) ** 2) / 2) + EPS
-    expected = [(1 / 3) / r3, (1 - vm) / vsd, (-2 / 3) / r3, -vm / vsd, 0.0, 0.0, (1 / 3) / r3, (0.9 - vm) / vsd, 0, 0]
+    # t2's second solver (0.0) and verifier (-0.1) calls and q2's calls are alone in their (uid, agent, turn) groups
+    expected = [(1 / 3) / r3, (1 - vm) / vsd, (-2 / 3) / r3, -vm / vsd, 0.0, -0.1 / (1 + EPS), (1 / 3) / r3,
+                (0.9 - vm) / vsd, LONE, LONE]  # fmt: skip
     np.testing.assert_allclose(a, expected, atol=1e-12)
+    zero = per_turn(s, **kw, singleton="zero")
+    np.testing.assert_array_equal(zero[[4, 5, 8, 9]], 0.0)
+    np.testing.assert_array_equal(zero[[0, 1, 2, 3, 6, 7]], a[[0, 1, 2, 3, 6, 7]])
 
 
 def test_dr_grpo_no_std_and_biased_std():
@@ -130,8 +147,9 @@ def test_grpo_same_advantage_for_all_calls_of_a_trajectory():
 def test_near_zero_variance_gives_zero():
     for value in (0.9, 0.1, 1 / 3, -0.7, 123.456):
         s = np.full(8, value)
-        for name in ESTIMATORS:
-            a = get_estimator(name)(s, uid=[0] * 8, agent_id=["a"] * 8, traj_uid=list(range(8)), turn=[0] * 8)
+        for name in sorted(set(ESTIMATORS) - {"remax"}):  # remax: A = v - b with its own baseline, not 0
+            a = get_estimator(name)(s, uid=[0] * 8, agent_id=["a"] * 8, traj_uid=list(range(8)), turn=[0] * 8,
+                                    **extra_columns(name, 8))  # fmt: skip
             assert np.abs(a).max() < 1e-3
             np.testing.assert_array_equal(a, 0.0)
     # float32 scores that went through arithmetic still count as constant
@@ -151,6 +169,7 @@ def test_non_finite_scores_excluded_with_warning():
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 def test_padding_duplication_and_permutation_invariance(name):
     s, kw = cols()
+    kw |= {k: list(v) for k, v in extra_columns(name, len(s)).items()}
     fn = get_estimator(name)
     base = fn(s, **kw)
     # padding: extra rows masked out (even duplicates of real rows in real groups) change nothing
@@ -193,12 +212,13 @@ def test_group_index_composite_key():
 
 
 def test_registry_errors():
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'drmsa'; accepted: \['drmas', 'grpo', "
-                       r"'grpo_step', 'per_turn'\]\. Did you mean 'drmas'\?"):
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'drmsa'; accepted: \['drmas', 'gigpo', "
+                       r"'grpo', 'grpo_passk', 'grpo_step', 'per_turn', 'reinforce_pp', 'reinforce_pp_baseline', "
+                       r"'remax', 'rloo'\]\. Did you mean 'drmas'\?"):  # fmt: skip
         get_estimator("drmsa")
     with pytest.raises(ValueError, match="'grpo' is already registered"):
         register_estimator("grpo")(grpo)
-    with pytest.raises(ValueError, match="this estimator needs 'traj_uid'"):
+    with pytest.raises(ValueError, match=r"grouping 'prompt' needs 'traj_uid' \(a \(B,\) column\), got None"):
         grpo([1.0], uid=[0], agent_id=["a"])
     with pytest.raises(ValueError, match="uid has length 1 but scores has length 2"):
         drmas([1.0, 2.0], uid=[0], agent_id=["a", "a"])

@@ -46,6 +46,17 @@ def test_reference_hyperparameters():
     assert ns.agents == {"solver": "solver_model", "verifier": "verifier_model"} and "shared" not in ns.models
 
 
+def test_grouping_is_one_setting_away_and_round_trips():
+    cfg = load_config("quickstart_math", ["algorithm.estimator=rloo", "algorithm.grouping=prompt_agent"])
+    assert (cfg.algorithm.estimator, cfg.algorithm.grouping) == ("rloo", "prompt_agent")
+    assert from_yaml(to_yaml(cfg)) == cfg
+    default = load_config("quickstart_math")
+    assert default.algorithm.grouping is None and from_yaml(to_yaml(default)).algorithm.grouping is None
+    gigpo = load_config("quickstart_math", ["algorithm.estimator=gigpo", "algorithm.gamma=0.95",
+                                            "algorithm.gigpo_step_weight=0.5"])  # fmt: skip
+    assert (gigpo.algorithm.gamma, gigpo.algorithm.gigpo_step_weight) == (0.95, 0.5)
+
+
 def test_overrides_types_and_yaml_round_trip(tmp_path):
     cfg = load_config(None, ["rollout.group_size=3", "algorithm.estimator=grpo_step", "models.shared.lr=2e-6"])
     assert cfg.rollout.group_size == 3 and cfg.algorithm.estimator == "grpo_step" and cfg.models["shared"].lr == 2e-6
@@ -63,7 +74,16 @@ def test_overrides_types_and_yaml_round_trip(tmp_path):
         (["algorithm.estimatr=drmas"], r"^unknown config key 'algorithm.estimatr'\. Did you mean one of: 'estimator', 'kl_estimator'\? Valid keys of algorithm: estimator, "),
         (["rollout.group_size=four"], r"Value 'four' of type 'str' could not be converted to Integer"),
         (["algorithm.estimator=drmsa"], r"algorithm.estimator: unknown advantage estimator 'drmsa'; accepted: "
-                                        r"\['drmas', 'grpo', 'grpo_step', 'per_turn'\]\. Did you mean 'drmas'\?"),
+                                        r"\['drmas', 'gigpo', 'grpo', 'grpo_passk', 'grpo_step', 'per_turn', "
+                                        r"'reinforce_pp', 'reinforce_pp_baseline', 'remax', 'rloo'\]\. "
+                                        r"Did you mean 'drmas'\?"),
+        (["algorithm.grouping=agent"], r"algorithm.grouping='agent'; accepted: null \(the estimator's own\), prompt, "
+                                       r"prompt_call, prompt_agent, prompt_agent_turn"),
+        (["algorithm.estimator=reinforce_pp", "algorithm.grouping=prompt"],
+         r"algorithm.grouping='prompt': reinforce_pp has no group baseline; accepted: null"),
+        (["algorithm.estimator=reinforce_pp", "algorithm.gamma=0.95"],
+         r"algorithm.gamma=0.95: reinforce_pp gives one advantage per call, which needs gamma = 1 .*accepted: 1"),
+        (["algorithm.gamma=1.5"], r"algorithm.gamma must be in \[0, 1\], got 1.5"),
         (["agents.verifier=sharde"], r"agents.verifier='sharde' names no model; defined models: \['shared'\]\. "
                                      r"Did you mean 'shared'\?"),
         (["algorithm.loss_agg=mean"], r"algorithm.loss_agg='mean'; accepted: \['token-mean'"),

@@ -1,9 +1,10 @@
 """The update's typed settings: built once from the config, carried whole, and every default in one place.
 
 The config sections hold the defaults of every setting (drmas_train/algorithm/config.py, collect/config.py, ...).
-No other stage restates one: a function parameter or record field named after an update or optimizer setting
-either has no default or ``None`` ("the config's default"), so two places can never disagree (as
-``micro_batch_tokens`` once did: 2048 in the config, 8192 in ``ppo_update``).
+No other stage restates one: a function parameter or record field named after an update, optimizer or estimator
+setting has no default, ``None`` ("the config's default") or a named constant that the config section names too,
+never a literal of its own, so two places can never disagree (as ``micro_batch_tokens`` once did: 2048 in the
+config, 8192 in ``ppo_update``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ PACKAGE = Path(drmas_train.__file__).resolve().parent
 CROSSING = {f.name for f in dataclasses.fields(UpdateSettings) if f.default is dataclasses.MISSING} - {"loss"}
 CROSSING |= set(LOSS_FIELDS) | {f.name for f in dataclasses.fields(OptimConfig)}
 CROSSING -= {"temperature"}  # a sampling parameter of many functions (generation, log-probs), not only the update's
+CROSSING |= {"norm_by_std", "eps", "singleton"}  # the estimators' normalisation settings (group_stats' own
+# ``unbiased`` is a statistics helper's convention, not the ``algorithm.unbiased_std`` setting it is given)
 OWNERS = {"AlgorithmConfig", "OptimConfig"}  # the sections whose fields these are
 
 
@@ -71,8 +74,9 @@ def test_the_loss_settings_have_no_defaults_of_their_own():
 
 
 def _restated_defaults(package: Path) -> list[str]:
-    """Every parameter or dataclass field named after a crossing setting that carries a default other than None,
-    outside the config sections that own them."""
+    """Every parameter or dataclass field named after a crossing setting whose default is a literal value (not
+    ``None``, not a named constant), outside the config sections that own them. A named constant is written once
+    (e.g. ``drmas_train.algorithm.advantages.EPS``, which the config section names too)."""
     found = []
     for path in sorted(package.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -90,7 +94,9 @@ def _restated_defaults(package: Path) -> list[str]:
                 continue
             for target, default in pairs:
                 name = getattr(target, "arg", None) or getattr(target, "id", None)
-                if name in CROSSING and not (isinstance(default, ast.Constant) and default.value is None):
+                if name in CROSSING and isinstance(default, (ast.Constant, ast.Tuple, ast.List, ast.UnaryOp)) and not (
+                    isinstance(default, ast.Constant) and default.value is None
+                ):
                     found.append(f"{where}: {name} = {ast.unparse(default)}")
     return found
 

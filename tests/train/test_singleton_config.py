@@ -1,5 +1,6 @@
-"""``algorithm.singleton`` reaches the estimator: a lone call in its (group, agent) gets A = 0 by default and the
-reference's raw score / (1 + eps) with ``raw`` (langfengQ/DrMAS, see docs/fidelity.md, Advantages)."""
+"""``algorithm.singleton`` reaches the estimator: a lone call in its (group, agent) gets the reference's raw score
+/ (1 + eps) by default (``raw``, langfengQ/DrMAS ``verl/trainer/ppo/core_algos.py:553-566``) and A = 0 with ``zero``
+(see docs/fidelity.md, Advantages)."""
 
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ def test_singleton_mode_reaches_the_estimator(mode, lone):
 
 
 def test_unknown_singleton_mode_is_a_config_error():
-    with pytest.raises(ConfigError, match=r"algorithm.singleton='mean'; accepted: zero, raw"):
+    assert load_config("quickstart_math").algorithm.singleton == "raw"  # the reference's rule is the default
+    with pytest.raises(ConfigError, match=r"algorithm.singleton='mean'; accepted: raw, zero"):
         load_config("quickstart_math", ["algorithm.singleton=mean"])
     cfg = load_config("quickstart_math")
     cfg.algorithm.singleton = "Raw"  # set in code, then checked before a run
-    with pytest.raises(ConfigError, match=r"algorithm.singleton='Raw'; accepted: zero, raw"):
+    with pytest.raises(ConfigError, match=r"algorithm.singleton='Raw'; accepted: raw, zero"):
         validate_config(cfg)

@@ -14,7 +14,7 @@ from drmas_train.run.metrics_log import read_metrics
 from drmas_train.run.trainer import train
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "drmas"])
+@pytest.mark.parametrize("estimator", ["grpo", "drmas", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"])
 def test_learning_raises_reward(tmp_path, estimator):
     run_dir = tmp_path / estimator
     summary = train(tiny_config(run_dir, f"algorithm.estimator={estimator}"), loader=tiny_loader)
@@ -25,6 +25,18 @@ def test_learning_raises_reward(tmp_path, estimator):
     # random init: ~1/16 of reply tokens are the target; after 30 iterations well over a third are
     assert first < 0.15 and last > first + 0.3, scores
     assert summary["checkpoint"].endswith("iter_000030")
+
+
+@pytest.mark.parametrize("estimator", ["rloo", "reinforce_pp", "reinforce_pp_baseline", "grpo_passk", "gigpo", "remax"])
+def test_every_estimator_runs_in_the_trainer(tmp_path, estimator):
+    run_dir = tmp_path / estimator
+    train(tiny_config(run_dir, f"algorithm.estimator={estimator}", "run.iterations=2"), loader=tiny_loader)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2] and rows[-1]["loss/m/grad_norm"] > 0  # non-zero advantages
+    # ReMax: one greedy episode per task (2 per iteration) by the rollout engine; its mean score is logged
+    assert ("rollout/greedy_score_mean" in rows[-1]) == (estimator == "remax")
+    if estimator == "remax":
+        assert 0 <= rows[-1]["rollout/greedy_score_mean"] <= 1
 
 
 def test_short_run_writes_namespaced_metrics_tensorboard_plot(tmp_path):

@@ -1,0 +1,110 @@
+"""Advantages of a batch of :class:`~drmas_train.collect.samples.Sample` with the configured estimator.
+
+Builds each estimator's columns from the samples (:mod:`drmas_train.algorithm.advantages` stays a set of pure
+functions over arrays):
+
+==================== =================================================================================
+column               from
+==================== =================================================================================
+``scores``           ``Sample.reward`` (the episode reward minus the call's format penalty)
+``uid``, ``agent_id``, ``traj_uid`` the sample's ids
+``turn``             ``Sample.agent_turn`` (the agent's own call index: AT-GRPO's turn groups)
+``token_count``      ``sum(Sample.response_mask)`` (REINFORCE++ whitening weights)
+``anchor``           ``Sample.anchor_key`` (GiGPO anchor states)
+``step_rewards``     GiGPO with ``gamma < 1``: the discounted return of the call's round, minus its penalty
+``baseline``         ReMax: :func:`~drmas_train.algorithm.advantages.greedy_baseline` of the greedy rollout
+==================== =================================================================================
+
+Only the columns an estimator's signature names are built and passed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from drmas_train.algorithm.advantages import (
+    DEFAULT_GROUPING,
+    env_rounds,
+    get_estimator,
+    greedy_baseline,
+    step_discounted_returns,
+)
+
+__all__ = ["sample_advantages", "gigpo_step_rewards"]
+
+
+def gigpo_step_rewards(samples: Sequence[Any], gamma: float) -> np.ndarray:
+    """(B,) GiGPO step rewards: each call's discounted return from its round, minus its format penalty.
+
+    The env pays the episode reward ``R`` (``Sample.score``) at the end and nothing before, so the return of round
+    k of K is ``gamma^(K-1-k) R`` (:func:`~drmas_train.algorithm.advantages.step_discounted_returns` over
+    :func:`~drmas_train.algorithm.advantages.env_rounds`); the penalty is subtracted afterwards, as the reference
+    does (``verl/trainer/ppo/ray_trainer.py:222-223``). Computed as ``reward + (return - R)``, so ``gamma = 1``
+    gives ``Sample.reward`` exactly.
+    """
+    traj = [s.traj_uid for s in samples]
+    rounds = env_rounds(traj, [s.turn for s in samples], [s.agent_id for s in samples])
+    last_round: dict[str, int] = {}
+    for t, r in zip(traj, rounds, strict=True):
+        last_round[t] = max(last_round.get(t, 0), int(r))
+    final = np.array([rounds[i] == last_round[t] for i, t in enumerate(traj)], dtype=bool)
+    episode = np.array([s.score for s in samples], dtype=np.float64)
+    returns = step_discounted_returns(
+        np.where(final, episode, 0.0), traj_uid=traj, env_step=rounds, gamma=gamma
+    )
+    return np.array([s.reward for s in samples], dtype=np.float64) + (returns - episode)
+
+
+def sample_advantages(
+    samples: Sequence[Any], algorithm: Any, *, greedy: Sequence[Any] | None = None
+) -> np.ndarray:
+    """(B,) float64 advantages of ``samples`` under ``algorithm`` (the ``algorithm`` section of the training config:
+    ``estimator``, ``grouping``, ``norm_by_std``, ``eps``, ``unbiased_std``, ``singleton``, ``gamma``,
+    ``gigpo_step_weight``).
+
+    Args:
+        greedy: the greedy rollout's samples, ``uid`` matching
+            (:func:`drmas_train.collect.greedy_rollout.greedy_rollout`); required by estimators with a ``baseline``
+            (ReMax), ignored otherwise.
+
+    Raises:
+        ValueError: unknown estimator; ReMax without ``greedy``; GiGPO on samples without ``anchor_key``; the
+            estimator's own errors.
+    """
+    a = algorithm
+    fn = get_estimator(a.estimator)
+    params = inspect.signature(fn).parameters
+    kw: dict[str, Any] = dict(
+        uid=[s.uid for s in samples], agent_id=[s.agent_id for s in samples], traj_uid=[s.traj_uid for s in samples],
+        turn=[s.agent_turn for s in samples], grouping=a.grouping, norm_by_std=a.norm_by_std, eps=a.eps,
+        unbiased=a.unbiased_std, singleton=a.singleton,
+    )  # fmt: skip
+    if "token_count" in params:
+        kw["token_count"] = [sum(s.response_mask) for s in samples]
+    if "gamma" in params:
+        kw["gamma"] = a.gamma
+    if "anchor" in params:
+        missing = [i for i, s in enumerate(samples) if not s.anchor_key]
+        if missing:
+            raise ValueError(f"{a.estimator} needs each call's anchor state, but {len(missing)} sample(s) have no "
+                             f"anchor_key (first: row {missing[0]}); samples from the rollout engine carry it")  # fmt: skip
+        kw["anchor"] = [s.anchor_key for s in samples]
+    if "step_rewards" in params and a.gamma != 1:
+        kw["step_rewards"] = gigpo_step_rewards(samples, a.gamma)
+    if "step_weight" in params:
+        kw["step_weight"] = a.gigpo_step_weight
+    if "baseline" in params:
+        if greedy is None:
+            raise ValueError(
+                f"{a.estimator} needs the greedy rollout's samples (greedy=...) for its baseline"
+            )
+        kw["baseline"] = greedy_baseline(
+            a.grouping or DEFAULT_GROUPING[a.estimator], uid=kw["uid"], agent_id=kw["agent_id"], turn=kw["turn"],
+            greedy_scores=[g.reward for g in greedy], greedy_uid=[g.uid for g in greedy],
+            greedy_agent_id=[g.agent_id for g in greedy], greedy_turn=[g.agent_turn for g in greedy],
+        )  # fmt: skip
+    return fn(np.array([s.reward for s in samples], dtype=np.float64), **kw)
