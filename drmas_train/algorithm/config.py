@@ -25,7 +25,12 @@ from drmas_train.algorithm.losses import LOSS_FIELDS, PolicyLossConfig
 from drmas_train.algorithm.precision import AUTOCAST_MODES
 from drmas_train.errors import ConfigError, require
 
-__all__ = ["AlgorithmConfig", "OptimConfig"]
+__all__ = ["AlgorithmConfig", "OptimConfig", "MINI_BATCH_ORDERS", "BATCH_PADDINGS"]
+
+#: accepted ``algorithm.mini_batch_order`` values (the first is the reference's).
+MINI_BATCH_ORDERS = ("in_order", "shuffle")
+#: accepted ``algorithm.batch_padding`` values (the first is the reference's).
+BATCH_PADDINGS = ("duplicate", "none")
 
 
 @dataclass
@@ -58,7 +63,24 @@ class AlgorithmConfig:
     ppo_epochs: int = 1
     """passes over each iteration's samples."""
     mini_batches: int = 1
-    """optimizer steps per epoch (the batch is split into this many mini-batches)."""
+    """optimizer steps per epoch (the batch is split into this many mini-batches; the reference's
+    ``ppo_mini_update_num``)."""
+    mini_batch_order: str = "in_order"
+    """``in_order`` (the reference: a batch is split in order, ``verl/workers/actor/dp_actor.py:343``) or ``shuffle``
+    (a new random split every epoch)."""
+    loss_micro_batch_size: int | None = 4
+    """samples per micro-batch of the reference's loss aggregation (its ``ppo_micro_batch_size_per_gpu``, 4 in
+    ``examples/drmas_trainer/run_math.sh:37`` and ``run_search.sh:37``): each such micro-batch is one token mean,
+    divided by the number of micro-batches (:mod:`drmas_train.algorithm.batch_layout`); null = one token mean
+    over each whole mini-batch. It fixes the loss's weights only: the update's compute micro-batches are sized by
+    ``optim.micro_batch_tokens``."""
+    batch_padding: str = "duplicate"
+    """``duplicate`` (the reference's ``adjust_batch``: each model's batch padded by random duplicates, which enter
+    the advantages' group statistics and the gradient, up to a multiple of ``lcm(log_prob_micro_batch_size,
+    loss_micro_batch_size) x`` its ranks) or ``none``."""
+    log_prob_micro_batch_size: int = 8
+    """the reference's ``rollout.log_prob_micro_batch_size_per_gpu`` (8 in ``run_math.sh:68``, 32 in
+    ``run_search.sh:66``): only a factor of the padding multiple here."""
     clip_low: float = 0.2
     """PPO lower clip epsilon."""
     clip_high: float = 0.2
@@ -100,8 +122,17 @@ class AlgorithmConfig:
         require(self.singleton in SINGLETON_MODES,
                 f"algorithm.singleton={self.singleton!r}; accepted: {', '.join(SINGLETON_MODES)}")  # fmt: skip
         require(self.eps >= 0, f"algorithm.eps must be >= 0, got {self.eps}")
-        for key in ("ppo_epochs", "mini_batches"):
+        for key in ("ppo_epochs", "mini_batches", "log_prob_micro_batch_size"):
             require(getattr(self, key) >= 1, f"algorithm.{key} must be >= 1, got {getattr(self, key)}")
+        require(self.mini_batch_order in MINI_BATCH_ORDERS,
+                f"algorithm.mini_batch_order={self.mini_batch_order!r}; accepted: {', '.join(MINI_BATCH_ORDERS)}")  # fmt: skip
+        require(self.loss_micro_batch_size is None or self.loss_micro_batch_size >= 1,
+                f"algorithm.loss_micro_batch_size must be >= 1 or null, got {self.loss_micro_batch_size}")  # fmt: skip
+        require(self.batch_padding in BATCH_PADDINGS,
+                f"algorithm.batch_padding={self.batch_padding!r}; accepted: {', '.join(BATCH_PADDINGS)}")  # fmt: skip
+        require(self.batch_padding == "none" or self.loss_micro_batch_size is not None,
+                "algorithm.batch_padding=duplicate pads to a multiple of algorithm.loss_micro_batch_size; set it, "
+                "or algorithm.batch_padding=none")  # fmt: skip
 
 
 @dataclass

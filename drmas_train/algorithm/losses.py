@@ -69,17 +69,22 @@ class PolicyLossConfig:
 LOSS_FIELDS = tuple(f.name for f in fields(PolicyLossConfig))
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str, *, denom: float | None = None) -> torch.Tensor:
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, agg: str, *, denom: float | torch.Tensor | None = None
+) -> torch.Tensor:
     """Reduce per-token ``values`` (B, T) over real tokens ``mask`` (B, T) to a scalar.
 
     * ``token-mean``: ``sum(v m) / sum(m)`` — every token weighs the same (default, DAPO).
     * ``seq-mean-token-mean``: mean over sequences of each sequence's token mean (original GRPO).
     * ``seq-mean-token-sum``: mean over sequences of each sequence's token sum (Dr. GRPO, arXiv 2503.20783).
 
+    As ``agg_loss`` (``langfengQ/DrMAS verl/trainer/ppo/core_algos.py:790-812``).
+
     Args:
         denom: the divisor to use instead of this batch's token count (``token-mean``) or sequence count
-            (``seq-*``): the trainer passes the whole mini-batch's count so that gradient accumulation over
-            micro-batches sums to exactly the full-batch loss.
+            (``seq-*``): a float for all rows, or a (B,) tensor with each row's own divisor. The update passes the
+            divisors of its loss layout (:mod:`drmas_train.algorithm.batch_layout`), so that gradient accumulation
+            over its micro-batches sums to exactly the layout's loss.
 
     Raises:
         ValueError: unknown ``agg`` or shape mismatch.
@@ -88,13 +93,17 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, agg: str, *, denom: floa
         raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} differ in shape")
     m = mask.to(values.dtype)
     if agg == "token-mean":
-        return (values * m).sum() / (denom if denom is not None else m.sum().clamp_min(1.0))
-    if agg == "seq-mean-token-mean":
+        if not isinstance(denom, torch.Tensor):
+            return (values * m).sum() / (denom if denom is not None else m.sum().clamp_min(1.0))
+        per_seq = (values * m).sum(-1)  # (B,)
+    elif agg == "seq-mean-token-mean":
         per_seq = (values * m).sum(-1) / m.sum(-1).clamp_min(1.0)  # (B,)
     elif agg == "seq-mean-token-sum":
         per_seq = (values * m).sum(-1)  # (B,)
     else:
         raise ValueError(f"unknown loss aggregation {agg!r}; accepted: {list(AGG_MODES)}")
+    if isinstance(denom, torch.Tensor):
+        return (per_seq / denom.to(device=per_seq.device, dtype=per_seq.dtype)).sum()
     return per_seq.sum() / (denom if denom is not None else max(per_seq.shape[0], 1))
 
 
@@ -128,7 +137,7 @@ def policy_loss(
     *,
     entropy: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
-    denom: float | None = None,
+    denom: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The PPO loss of one (micro-)batch, and its diagnostics.
 
@@ -140,7 +149,7 @@ def policy_loss(
         cfg: clip ranges, aggregation, KL and entropy weights.
         entropy: (B, T) token entropies (needed when ``cfg.entropy_coef`` != 0; logged when given).
         ref_logprobs: (B, T) log pi_ref of a frozen reference (needed when ``cfg.kl_coef`` != 0).
-        denom: see :func:`aggregate`.
+        denom: see :func:`aggregate` (a float, or one divisor per row).
 
     Returns:
         ``(loss, metrics)``: scalar loss = pg_loss + kl_coef * kl - entropy_coef * entropy; metrics ``pg_loss``,

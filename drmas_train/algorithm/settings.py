@@ -32,6 +32,9 @@ class UpdateSettings:
         loss: the PPO loss (clip ranges, aggregation, KL, entropy): :func:`loss_settings` of ``algorithm``.
         temperature: the rollout temperature (``rollout.temperature``): log-probs are taken at it, as sampled.
         ppo_epochs, mini_batches: passes over the samples and optimizer steps per pass (``algorithm.*``).
+        mini_batch_order: ``in_order`` | ``shuffle`` (``algorithm.*``).
+        loss_micro_batch_size: samples per micro-batch of the reference's loss aggregation, or None for one mean
+            per mini-batch (``algorithm.*``; :mod:`drmas_train.algorithm.batch_layout`).
         micro_batch_tokens: token budget of one forward/backward, or ``"auto"`` (``optim.micro_batch_tokens``).
         activation_checkpointing: 0 = off, k = recompute every k-th decoder layer (``optim.*``).
         autocast: ``off`` | ``bf16`` | ``auto`` (``optim.autocast``), resolved for each model's device
@@ -51,6 +54,8 @@ class UpdateSettings:
     temperature: float
     ppo_epochs: int
     mini_batches: int
+    mini_batch_order: str
+    loss_micro_batch_size: int | None
     micro_batch_tokens: int | str
     activation_checkpointing: int
     autocast: str
@@ -62,13 +67,15 @@ class UpdateSettings:
     def __post_init__(self) -> None:  # the config sections' own checks: one check per setting
         OptimConfig(micro_batch_tokens=self.micro_batch_tokens, activation_checkpointing=self.activation_checkpointing,
                     autocast=self.autocast).validate()  # fmt: skip
-        AlgorithmConfig(ppo_epochs=self.ppo_epochs, mini_batches=self.mini_batches).validate()
+        AlgorithmConfig(ppo_epochs=self.ppo_epochs, mini_batches=self.mini_batches, mini_batch_order=self.mini_batch_order,
+                        loss_micro_batch_size=self.loss_micro_batch_size, batch_padding="none").validate()  # fmt: skip
 
     @classmethod
     def from_config(cls, algorithm: AlgorithmConfig, optim: OptimConfig, *, temperature: float) -> UpdateSettings:
         """The settings of a run: its ``algorithm`` and ``optim`` sections and ``rollout.temperature``."""
         return cls(loss=loss_settings(algorithm), temperature=temperature, ppo_epochs=algorithm.ppo_epochs,
-                   mini_batches=algorithm.mini_batches, micro_batch_tokens=optim.micro_batch_tokens,
+                   mini_batches=algorithm.mini_batches, mini_batch_order=algorithm.mini_batch_order,
+                   loss_micro_batch_size=algorithm.loss_micro_batch_size, micro_batch_tokens=optim.micro_batch_tokens,
                    activation_checkpointing=optim.activation_checkpointing, autocast=optim.autocast,
                    recompute_old_logprobs=algorithm.recompute_old_logprobs)  # fmt: skip
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.algorithm.batch_layout import LossLayout, minibatch_layout, reference_layout
 from drmas_train.algorithm.losses import policy_loss
 from drmas_train.algorithm.optim import ModelOptimizer, micro_batches, prompt_micro_batches
 from drmas_train.algorithm.precision import resolve_autocast
@@ -37,7 +38,7 @@ from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward, can_share_prompts, forward_logprobs
 
-__all__ = ["ppo_update", "pad_right", "UpdateHooks", "shares_prompts", "plan_micro_batches"]
+__all__ = ["ppo_update", "pad_right", "UpdateHooks", "shares_prompts", "plan_micro_batches", "loss_layout"]
 
 
 def shares_prompts(model: Any, settings: UpdateSettings) -> bool:
@@ -106,10 +107,17 @@ def pad_right(rows: Sequence[Sequence[float]], length: int, value: float = 0.0) 
     return out
 
 
-def _denominator(samples: Sequence[Sample], agg: str) -> float:
-    if agg == "token-mean":
-        return float(max(sum(sum(s.response_mask) for s in samples), 1))
-    return float(max(len(samples), 1))
+def loss_layout(samples: Sequence[Sample], settings: UpdateSettings, *, world_size: int, rng: np.random.Generator) -> LossLayout:
+    """One epoch's mini-batches and loss divisors of ``samples`` (:mod:`drmas_train.algorithm.batch_layout`): the
+    reference's micro-batch token means when ``settings.loss_micro_batch_size`` is set, else one mean per mini-batch
+    (shuffled per epoch with ``mini_batch_order="shuffle"``)."""
+    tokens = [sum(s.response_mask) for s in samples]
+    agg = settings.loss.loss_agg
+    if settings.mini_batch_order == "shuffle" or settings.loss_micro_batch_size is None:
+        return minibatch_layout(tokens, agg=agg, mini_batches=settings.mini_batches,
+                                shuffle=settings.mini_batch_order == "shuffle", rng=rng)  # fmt: skip
+    return reference_layout(tokens, agg=agg, mini_batches=settings.mini_batches,
+                            micro_batch_size=settings.loss_micro_batch_size, world_size=world_size)  # fmt: skip
 
 
 def ppo_update(
@@ -198,11 +206,11 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
     model.train()
     try:
         for _ in range(settings.ppo_epochs):
-            order = rng.permutation(len(samples)) if settings.mini_batches > 1 else np.arange(len(samples))
-            for mb in np.array_split(order, settings.mini_batches):
+            layout = loss_layout(samples, settings, world_size=n, rng=rng)
+            for b in range(layout.n_mini_batches):
+                mb = np.flatnonzero(layout.mini_batch == b)
                 if len(mb) == 0:
                     continue
-                denom = _denominator([samples[i] for i in mb], loss_cfg.loss_agg)  # over the whole mini-batch
                 if skip_zero:
                     mb = mb[np.asarray(advantages)[mb] != 0]
                 mb_samples = [samples[i] for i in mb]
@@ -217,8 +225,10 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
                         micro = micros[k]
                         batch = [mb_samples[i] for i in micro]
                         adv = torch.as_tensor(advantages[mb[micro]], dtype=torch.float32)  # (b,)
+                        rows = layout.denom[mb[micro]] / n  # (b,): a rank's gradients are averaged over n ranks
+                        denom = float(rows[0]) if np.all(rows == rows[0]) else torch.as_tensor(rows, dtype=torch.float32)
                         metrics, tokens = _micro_step(
-                            hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom / n,
+                            hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom,
                             ref_model, fwd, autocast_dtype,
                         )  # fmt: skip
                     for key, v in metrics.items():

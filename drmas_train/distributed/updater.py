@@ -163,6 +163,10 @@ class RayUpdater:
         """Trainable model ids."""
         return list(self.groups)
 
+    def world_size(self, model_id: str) -> int:
+        """Training ranks of ``model_id``'s worker group."""
+        return self.groups[model_id].world_size
+
     def start_iteration(self, iteration: int) -> None:
         """Name the iteration in fault messages of the generation engines."""
         for group in self.groups.values():

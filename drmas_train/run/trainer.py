@@ -227,6 +227,22 @@ def _greedy_baseline(run: RunState, tasks: list[Any], result: Any, seed: int) ->
                           truncation=r.truncation, progress=run.cfg.run.progress)  # fmt: skip
 
 
+def padded_batch(run: RunState, samples: list[Any], seed: int) -> list[Any]:
+    """The iteration's samples, each trainable model's padded by duplication as the reference does
+    (``algorithm.batch_padding: duplicate``, :func:`drmas_train.algorithm.batch_layout.pad_by_model`): up to a
+    multiple of ``lcm(log_prob_micro_batch_size, loss_micro_batch_size) x`` its ranks. ``samples`` come first, the
+    duplicates (the same Sample objects) after them."""
+    from drmas_train.algorithm.batch_layout import pad_by_model, padding_multiple
+
+    a = run.cfg.algorithm
+    if a.batch_padding == "none" or not samples:
+        return list(samples)
+    multiples = {mid: padding_multiple(run.updater.world_size(mid), a.loss_micro_batch_size, a.log_prob_micro_batch_size)
+                 for mid in run.updater.model_ids}  # fmt: skip
+    rng = np.random.default_rng([seed, 0x9ADD])  # seeded per iteration: a resumed run pads the same way
+    return [samples[i] for i in pad_by_model([s.model_id for s in samples], multiples, rng)]
+
+
 def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
     """One PPO update per trainable model on its own agents' samples (``run.updater``); the new weights reach
     the backends."""
@@ -352,12 +368,14 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         if cfg.run.save_samples:
             save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
         t1 = time.perf_counter()
-        adv = compute_advantages(cfg, result.samples, greedy.samples if greedy is not None else None)  # (B,)
-        metrics = batch_metrics(result.samples, adv)
+        samples = padded_batch(run, result.samples, seed)  # the reference's duplicates, in the statistics and the gradient
+        adv = compute_advantages(cfg, samples, greedy.samples if greedy is not None else None)  # (B + padding,)
+        metrics = batch_metrics(result.samples, adv[: len(result.samples)])
+        metrics["rollout/padding_samples"] = float(len(samples) - len(result.samples))
         if greedy is not None:
             metrics["rollout/greedy_score_mean"] = float(np.mean([t.score for t in greedy.trajectories]))
         try:
-            metrics.update(_update_models(run, result.samples, adv, seed))
+            metrics.update(_update_models(run, samples, adv, seed))
         except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
             it = _rewind(run, err)
             logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)

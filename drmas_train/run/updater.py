@@ -5,6 +5,7 @@ driver's own models, then ``backend.sync_weights``. :class:`drmas_train.distribu
 same methods and runs the update on each model's Ray worker group. Both take the run's
 :class:`~drmas_train.algorithm.settings.UpdateSettings` whole. The trainer only calls::
 
+    updater.world_size(model_id)                           # ranks that train a model (batch padding)
     updater.start_iteration(iteration)                     # what the run is doing (fault messages)
     metrics = updater.update(samples, advantages, seed)    # {"loss/<model_id>/<metric>": value, ...}
     updater.write_state(folder)                            # the models' part of a checkpoint (run/checkpoint.py)
@@ -44,6 +45,10 @@ class LocalUpdater:
     def model_ids(self) -> list[str]:
         """Trainable model ids."""
         return list(self.optimizers)
+
+    def world_size(self, model_id: str) -> int:
+        """Ranks that train ``model_id``: one, this process."""
+        return 1
 
     def start_iteration(self, iteration: int) -> None:
         """Nothing to tell in-process."""

@@ -29,10 +29,13 @@ BUDGET = 24
 
 
 def settings():
-    """The update's settings: the config's defaults, 2 mini-batches, :data:`BUDGET` tokens per micro-batch."""
+    """The update's settings: the config's defaults, 2 mini-batches, :data:`BUDGET` tokens per micro-batch, and
+    drmas's loss layout (one token mean per shuffled mini-batch), whose objective does not depend on the number of
+    ranks (the reference's per-micro-batch means do: drmas_train/algorithm/batch_layout.py)."""
     from drmas_train.algorithm.settings import UpdateSettings
 
-    return UpdateSettings.defaults(mini_batches=2, micro_batch_tokens=BUDGET)
+    return UpdateSettings.defaults(mini_batches=2, micro_batch_tokens=BUDGET, loss_micro_batch_size=None,
+                                   mini_batch_order="shuffle")  # fmt: skip
 
 
 def base_model():

@@ -30,8 +30,10 @@ from drmas_train.model.models import ModelSpec
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 
 OPTIM = {"lr": 1e-2, "weight_decay": 0.0}
-#: 2 mini-batches of 10-token micro-batches; π_old as the samples carry it (the ranks recompute it in test_lean_ranks.py)
-SETTINGS = UpdateSettings.defaults(mini_batches=2, micro_batch_tokens=10, recompute_old_logprobs=False)
+#: 2 mini-batches of 10-token micro-batches; π_old as the samples carry it (the ranks recompute it in test_lean_ranks.py);
+#: drmas's loss layout (one token mean per shuffled mini-batch), whose objective does not depend on the rank count
+SETTINGS = UpdateSettings.defaults(mini_batches=2, micro_batch_tokens=10, recompute_old_logprobs=False,
+                                   loss_micro_batch_size=None, mini_batch_order="shuffle")  # fmt: skip
 ADV = np.array([1.0, -0.5, 0.3, -1.2, 0.8, 0.0, 0.4, -0.9])
 
 

@@ -105,3 +105,22 @@ def test_model_specs_from_config():
     assert s.lora == {"r": 8, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
     assert s.chat_template_kwargs == {"enable_thinking": False} and s.optimizer == {}
     assert v.lora is None and v.optimizer == {"lr": 3e-6} and v.model_id == "verifier_model"
+
+
+def test_reference_padding_and_loss_layout_in_the_trainer(tmp_path, monkeypatch):
+    """With the reference's layout (the config's defaults) each model's batch is padded by duplicates up to a
+    multiple of lcm(log_prob_micro_batch_size, loss_micro_batch_size); the duplicates reach the update."""
+    import drmas_train.run.trainer as trainer_mod
+
+    seen = []
+    real = trainer_mod._update_models
+    monkeypatch.setattr(trainer_mod, "_update_models",
+                        lambda run, samples, adv, seed: seen.append((len(samples), len(adv))) or real(run, samples, adv, seed))  # fmt: skip
+    cfg = tiny_config(tmp_path / "run", "run.iterations=1", "rollout.group_size=3", "algorithm.batch_padding=duplicate",
+                      "algorithm.loss_micro_batch_size=4", "algorithm.log_prob_micro_batch_size=8",
+                      "algorithm.mini_batch_order=in_order")  # fmt: skip
+    train(cfg, loader=tiny_loader)
+    row = read_metrics(tmp_path / "run" / "metrics.jsonl")[-1]
+    # 2 tasks x G = 3 x 2 agents = 12 calls of one model, padded to 16 (a multiple of lcm(8, 4) on one rank)
+    assert row["rollout/samples"] == 12 and row["rollout/padding_samples"] == 4 and seen == [(16, 16)]
+    assert row["loss/m/steps"] == 1.0

@@ -86,7 +86,9 @@ def tiny_loader(spec, model_id):
 
 
 def tiny_config(run_dir, *overrides: str):
-    """A quick config for the tiny env: 2 tasks x G=8 per iteration, 4-token replies, lr 3e-3, no TensorBoard."""
+    """A quick config for the tiny env: 2 tasks x G=8 per iteration, 4-token replies, lr 3e-3, no TensorBoard, and
+    drmas's loss layout (no padding, one token mean per shuffled mini-batch), whose objective does not depend on the
+    number of ranks, so that the Ray path can be compared with the single process."""
     from pathlib import Path
 
     Path(run_dir).mkdir(parents=True, exist_ok=True)
@@ -99,6 +101,7 @@ models: {{m: {{name_or_path: tiny}}}}
 agents: {{a: m, b: m}}
 rollout: {{batch_size: 2, group_size: 8, max_new_tokens: {RESPONSE_TOKENS}, max_prompt_tokens: 32}}
 optim: {{lr: 3.0e-3, weight_decay: 0.0}}
+algorithm: {{batch_padding: none, loss_micro_batch_size: null, mini_batch_order: shuffle}}
 """
     )
     return load_config(str(yaml), list(overrides))
