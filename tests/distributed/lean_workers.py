@@ -79,9 +79,7 @@ def _count_calls(counts: dict[str, int]) -> None:
         setattr(lp_mod, name, counted)
 
 
-def run(rank: int, world: int, tmp: str, port: int) -> None:
-    import os
-
+def run(rank: int, world: int, tmp: str) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     import drmas_train.algorithm.update as update_mod
@@ -90,8 +88,8 @@ def run(rank: int, world: int, tmp: str, port: int) -> None:
     from drmas_train.distributed.data_parallel import dp_ppo_update, rank_hooks, rank_settings, wrap_model
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # rendezvous through a file of this test's own directory: no TCP port to pick, none to lose to another process
+    dist.init_process_group("gloo", init_method=f"file://{Path(tmp) / 'store'}", rank=rank, world_size=world)
     base = base_model()
     samples = grouped_samples(base)
     counts = {"chunked_token_logprobs": 0, "_shared_prompt_hidden": 0, "_plain_logprobs": 0}

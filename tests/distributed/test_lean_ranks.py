@@ -11,7 +11,6 @@ with the same forward settings (FSDP2 ranks do not share prompts, see ``rank_set
 from __future__ import annotations
 
 import copy
-import socket
 
 import pytest
 import torch
@@ -23,18 +22,12 @@ from drmas_train.algorithm.update import ppo_update
 WORLD = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     import torch.multiprocessing as mp
 
     tmp = tmp_path_factory.mktemp("lean")
-    mp.spawn(run, args=(WORLD, str(tmp), _free_port()), nprocs=WORLD, join=True)
+    mp.spawn(run, args=(WORLD, str(tmp)), nprocs=WORLD, join=True)
     return torch.load(tmp / "lean.pt", weights_only=False)
 
 

@@ -303,8 +303,9 @@ def test_a_sigkilled_save_keeps_the_previous_checkpoint(tmp_path):
     path = tmp_path / "ck"
     root = str(Path(__file__).resolve().parents[2])  # this checkout's drmas_train, whatever is installed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    # timeout: a hang guard, ~100x the subprocess's 6 s
     proc = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(path)], capture_output=True, text=True,
-                          timeout=120, env=env)  # fmt: skip
+                          timeout=600, env=env)  # fmt: skip
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL: no exception handler or cleanup ran
     partial = tmp_path / ".ck.partial"
     assert (partial / ".metadata").is_file() and not is_sharded_checkpoint(partial)

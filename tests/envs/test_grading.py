@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
+import dataclasses
 
 import pytest
 
+import drmas_envs.math.grading as grading
 from drmas_envs.math.grading import (
     REASONS,
     GradeResult,
@@ -102,34 +103,55 @@ def test_grade_rejects_bad_ground_truth():
         grade(1, "1")
 
 
-def _timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
-
-
-def test_tower_exponent_returns_within_the_limit_and_worker_recovers():
+def test_tower_exponent_times_out_and_worker_recovers():
+    """The tower makes sympy compute a 370-million-digit power (minutes of CPU): a ``timeout`` answer can only
+    come from the 1 s limit killing the worker, however loaded the machine (load makes sympy slower, not faster).
+    How close to the limit the call returns is measured by ``benchmarks/perf/time_bounds.py``, not asserted."""
     worker = VerifyWorker()
     grader = MathGrader(timeout_s=1.0, worker=worker)
-    assert grader.grade(r"\boxed{2}", "2.0").correct  # warm the worker (start-up is not charged to a call)
-    result, seconds = _timed(lambda: grader.grade(r"\boxed{9^{9^{9^{9}}}}", "5"))
-    assert (result.correct, result.reason) == (False, "timeout")
-    assert seconds < 1.0 + 0.5
-    assert worker.restarts == 1
-    assert grader.grade(r"\boxed{\frac{2}{4}}", "0.5").correct  # the fresh worker answers
-    worker.close()
+    roomy = dataclasses.replace(grader, timeout_s=120.0)  # answers, not times, are checked around the tower
+    try:
+        assert roomy.grade(r"\boxed{2}", "2.0").correct  # warm the worker (start-up is not charged to a call)
+        result = grader.grade(r"\boxed{9^{9^{9^{9}}}}", "5")
+        assert (result.correct, result.reason) == (False, "timeout")
+        assert worker.restarts == 1
+        assert roomy.grade(r"\boxed{\frac{2}{4}}", "0.5").correct  # the fresh worker answers
+    finally:
+        worker.close()
     worker.close()  # safe twice
 
 
-def test_one_megabyte_strings_return_fast():
-    big_box = "\\boxed{" + "9" * 1_000_000 + "}"
-    result, seconds = _timed(lambda: grade(big_box, "9"))
-    assert (result.correct, result.reason, seconds < 1.0) == (False, "too_long", True)
-    result, seconds = _timed(lambda: grade("x{" * 500_000, "9"))
-    assert (result.reason, seconds < 1.0) == ("no_box", True)
-    result, seconds = _timed(lambda: grade("\\boxed{" + "{" * 1_000_000, "9"))  # adversarial open nesting
-    assert (result.reason, seconds < 1.0) == ("too_long", True)
-    assert extract_boxed("\\boxed{" + "{" * 1000) is None  # the pure extractor: unclosed -> None
+class _CountingBraceScan:
+    """Stands in for ``grading._BRACE_RE``: records the window ``endpos - pos`` of every scan for braces."""
+
+    def __init__(self, pattern):
+        self.pattern, self.windows = pattern, []
+
+    def finditer(self, text, pos=0, endpos=None):
+        endpos = len(text) if endpos is None else min(endpos, len(text))
+        self.windows.append(endpos - pos)
+        return self.pattern.finditer(text, pos, endpos)
+
+
+def test_one_megabyte_strings_are_scanned_only_up_to_the_answer_cap(monkeypatch):
+    """The cost bound as a count, not a stopwatch: however long the response, the brace scan reads at most
+    ``max_answer_chars + 2`` characters of a box, and a text without a box is never scanned (one ``rfind``)."""
+    scan = _CountingBraceScan(grading._BRACE_RE)
+    monkeypatch.setattr(grading, "_BRACE_RE", scan)
+    cap = MathGrader().max_answer_chars
+    cases = [
+        ("\\boxed{" + "9" * 1_000_000 + "}", (None, False, "too_long")),
+        ("x{" * 500_000, (None, False, "no_box")),
+        ("\\boxed{" + "{" * 1_000_000, (None, False, "too_long")),  # adversarial open nesting
+    ]
+    for text, expected in cases:
+        scan.windows.clear()
+        result = grade(text, "9")
+        assert (result.extracted, result.correct, result.reason) == expected
+        assert scan.windows == ([] if expected[2] == "no_box" else [cap + 2])
+    scan.windows.clear()
+    # the pure extractor (no cap): unclosed -> None, after one linear scan of the 1,001 characters after the marker
+    assert extract_boxed("\\boxed{" + "{" * 1000) is None and scan.windows == [1001]
 
 
 def test_default_worker_is_shared():
@@ -141,7 +163,7 @@ def test_forked_child_starts_its_own_worker():
     import os
 
     worker = VerifyWorker()
-    grader = MathGrader(worker=worker)
+    grader = MathGrader(timeout_s=120.0, worker=worker)  # about which process answers, not how fast
     assert grader.grade(r"\boxed{0.25}", r"\frac14").correct
     parent_pid = worker._proc.pid
     read_fd, write_fd = os.pipe()

@@ -17,9 +17,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "grading_oracle.py
 def test_oracle_scores_one_and_wrong_scores_zero():
     data_dir = shared_file("gsm8k_test.jsonl").parent
     shared_file("math500_test.jsonl")
-    # a generous limit: CI machines are shared, and this test checks correctness, not speed
+    # a generous limit (60 s, 200x the slowest verifications measured, p99 <= 0.3 s): CI machines are shared, and
+    # this test checks correctness, not speed
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--data-dir", str(data_dir), "--stride", "5", "--timeout-s", "5"],
+        [sys.executable, str(SCRIPT), "--data-dir", str(data_dir), "--stride", "5", "--timeout-s", "60"],
         capture_output=True,
         text=True,
         timeout=600,

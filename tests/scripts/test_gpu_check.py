@@ -15,7 +15,7 @@ TINY = ["--device", "cpu", "--hidden", "32", "--layers", "1", "--heads", "2", "-
         "--tasks", "2", "--group-size", "2", "--max-new-tokens", "6", "--fsdp-steps", "1", "--threads", "1"]  # fmt: skip
 
 
-def run_check(*args: str, timeout: int = 240) -> tuple[int, list[str], str]:
+def run_check(*args: str, timeout: int = 900) -> tuple[int, list[str], str]:
     proc = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args],
         capture_output=True, text=True, timeout=timeout,

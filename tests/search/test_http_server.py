@@ -22,7 +22,8 @@ def local():
 
 @pytest.fixture(scope="module")
 def server(local):
-    with ServerThread(local) as srv:
+    # waits on uvicorn's ``started`` flag; 300 s is roomy under any load (start-up takes well under a second)
+    with ServerThread(local, start_timeout=300) as srv:
         yield srv
 
 
@@ -53,7 +54,7 @@ def test_wire_format_is_search_r1(server):
 def test_bad_request_is_a_clear_error(server):
     client = HTTPRetriever(server.url)
     with pytest.raises(RetrieverError, match="answered HTTP 422"):
-        client._post({"queries": "not a list"}, time.monotonic() + 5)
+        client._post({"queries": "not a list"}, time.monotonic() + 60)  # roomy: the point is the 422
     with pytest.raises(RetrieverError, match="answered HTTP 422"):
         client.search(["q"], 5000)  # topk above the server's max_topk
 
@@ -64,44 +65,62 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_server_down_clear_error_within_timeout():
-    client = HTTPRetriever(f"http://127.0.0.1:{_free_port()}/retrieve", timeout=1.5, max_retries=3, backoff=0.05)
-    start = time.monotonic()
-    with pytest.raises(RetrieverUnavailableError, match=r"is unavailable: ConnectError.*4 attempt\(s\).*drmas retrieval-server"):
-        client.search(["anything"], 3)
-    assert time.monotonic() - start < 1.5
+def test_server_down_clear_error_after_all_attempts():
+    """Connections refused: the error names the cause and how to start a server after exactly ``max_retries + 1``
+    attempts. The port is held by a bound socket that never listens (Linux refuses connections to it), so no other
+    process can take it meanwhile; the 60 s budget is far beyond the 4 attempts' backoff (0.05 + 0.1 + 0.2 s), so
+    the retry bound, not the clock, ends the call."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}/retrieve"
+        client = HTTPRetriever(url, timeout=60, max_retries=3, backoff=0.05)
+        with pytest.raises(RetrieverUnavailableError,
+                           match=r"is unavailable: ConnectError.*4 attempt\(s\).*drmas retrieval-server"):  # fmt: skip
+            client.search(["anything"], 3)
 
 
-def test_hanging_server_times_out_within_budget():
-    """A socket that accepts connections but never answers: the whole call, retries included, obeys timeout."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    conns = []
-    stop = threading.Event()
+class _SilentServer:
+    """Accepts TCP connections on 127.0.0.1 and never answers; counts every connection ever made to it."""
 
-    def accept():
-        sock.settimeout(0.1)
-        while not stop.is_set():
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.conns: list[socket.socket] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/retrieve"
+
+    def connections(self) -> int:
+        """Every connection made so far: the kernel completes them before ``accept``, so drain the backlog."""
+        self.sock.setblocking(False)
+        while True:
             try:
-                conns.append(sock.accept()[0])
-            except OSError:
-                pass
+                self.conns.append(self.sock.accept()[0])
+            except BlockingIOError:
+                return len(self.conns)
 
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        client = HTTPRetriever(f"http://127.0.0.1:{sock.getsockname()[1]}/retrieve", timeout=1.0, max_retries=5)
-        start = time.monotonic()
-        with pytest.raises(RetrieverUnavailableError, match=r"ReadTimeout|TimeoutException"):
-            client.search(["q"], 3)
-        assert time.monotonic() - start < 1.6
-    finally:
-        stop.set()
-        thread.join()
-        for c in conns:
+    def close(self) -> None:
+        for c in self.conns:
             c.close()
-        sock.close()
+        self.sock.close()
+
+
+def test_hanging_server_times_out_once_for_the_whole_call():
+    """A server that never answers: with no deadline the call would block forever, and with only per-attempt
+    timeouts it would make 6 attempts (6 connections). The whole-call deadline, retries included, ends it after
+    the one connection whose reply never comes: retries are not even tried once the budget is spent.
+    How close to the 1 s budget it returns is measured by ``benchmarks/perf/time_bounds.py``."""
+    server = _SilentServer()
+    try:
+        client = HTTPRetriever(server.url, timeout=1.0, max_retries=5)
+        with pytest.raises(RetrieverUnavailableError, match=r"(ReadTimeout|TimeoutException): .*timeout 1 s"):
+            client.search(["q"], 3)
+        # one connection (none only if the machine froze for the whole 1 s before the first request was sent)
+        assert server.connections() <= 1
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize(
@@ -162,13 +181,19 @@ def test_cli_serves_a_corpus_file(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        client = HTTPRetriever(f"http://127.0.0.1:{port}/retrieve", timeout=60, max_retries=1000, backoff=0.05)
+        # the index is built once this line comes: blocks until then, or "" if the process died first
+        ready = proc.stdout.readline()
+        if not ready:
+            pytest.fail(f"drmas retrieval-server exited before serving: {proc.stderr.read()[-2000:]}")
+        assert f"bm25 over 450 passages at http://127.0.0.1:{port}/retrieve" in ready
+        # then uvicorn binds the port (well under a second): retried until it answers, within a roomy 5 minutes
+        url = f"http://127.0.0.1:{port}/retrieve"
+        client = HTTPRetriever(url, timeout=300, max_retries=100_000, backoff=0.05)
         queries = ["Dormonlo Systems", "founder of a robotics company"]
         assert client.search(queries, 3) == make_retriever("bm25", passages).search(queries, 3)
     finally:
         proc.terminate()
-        out, _ = proc.communicate(timeout=30)
-    assert f"bm25 over 450 passages at http://127.0.0.1:{port}/retrieve" in out
+        proc.communicate(timeout=300)
 
 
 # ---- compatibility with the Search-R1 and Dr. MAS clients and servers (issue 16, item 6) ----
@@ -215,6 +240,16 @@ def test_server_rejects_ambiguous_bodies(server, body):
         assert "give exactly one of 'queries'" in resp.text
 
 
+def _wait_started(uv, thread: threading.Thread, limit_s: float = 300.0) -> None:
+    """Wait for uvicorn's own ``started`` flag; fail early if its thread died, and only after a roomy 5 minutes
+    (start-up on a socket bound beforehand takes well under a second) if it never comes."""
+    deadline = time.monotonic() + limit_s
+    while not uv.started:
+        assert thread.is_alive(), "the test server's thread died during start-up"
+        assert time.monotonic() < deadline, f"the test server did not start within {limit_s} s"
+        time.sleep(0.01)
+
+
 @pytest.fixture(scope="module")
 def reference_server(local):
     """A stand-in for the Dr. MAS reference server: its request model and reply, field for field
@@ -246,12 +281,10 @@ def reference_server(local):
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started and time.monotonic() < deadline:
-        time.sleep(0.01)
+    _wait_started(uv, thread)
     yield f"http://127.0.0.1:{sock.getsockname()[1]}/retrieve", bodies
     uv.should_exit = True
-    thread.join(timeout=10)
+    thread.join(timeout=300)
     sock.close()
 
 

@@ -1,8 +1,11 @@
-import time
+import re
+import sys
 
 import pytest
 
-from drmas_envs.search.parsing import extract_tag, first_tag, neutralize_tags, parse_verdict
+import drmas_envs.core.tags as tags
+import drmas_envs.search.parsing as parsing
+from drmas_envs.search.parsing import MAX_ACTION_CHARS, extract_tag, first_tag, neutralize_tags, parse_verdict
 
 
 @pytest.mark.parametrize(
@@ -52,16 +55,54 @@ def test_text_beyond_the_cap_is_ignored():
     assert extract_tag(text, "answer", max_chars=1000) == "late"
 
 
+class _CountingPattern:
+    """Wraps a compiled tag pattern; adds the length of every window it scans to ``scanned[0]``."""
+
+    def __init__(self, pattern: re.Pattern[str], scanned: list[int]) -> None:
+        self.pattern, self.scanned = pattern, scanned
+
+    def _count(self, text: str, pos: int, endpos: int) -> None:
+        self.scanned[0] += max(0, min(endpos, len(text)) - pos)
+
+    def search(self, text: str, pos: int = 0, endpos: int = sys.maxsize):
+        self._count(text, pos, endpos)
+        return self.pattern.search(text, pos, endpos)
+
+    def finditer(self, text: str, pos: int = 0, endpos: int = sys.maxsize):
+        self._count(text, pos, endpos)
+        return self.pattern.finditer(text, pos, endpos)
+
+
 @pytest.mark.parametrize(
-    "adversarial",
-    ["<search>" * 50_000, "<" * 400_000, "<search>" + "a" * 1_000_000, "< " * 200_000 + "search>"],
+    ("adversarial", "found"),
+    [
+        ("<search>" * 50_000, (None, None)),
+        ("<" * 400_000, (None, None)),
+        ("<search>" + "a" * 1_000_000, (None, None)),
+        ("< " * 200_000 + "search>", (None, None)),
+        ("<search>x</search>" * 60_000, ("x", ("search", "x"))),  # many complete pairs: every loop turns
+    ],
+    ids=["openers", "brackets", "long-content", "padded-opener", "many-pairs"],
 )
-def test_adversarial_input_parses_fast(adversarial):
-    start = time.perf_counter()
-    extract_tag(adversarial, "search")
-    first_tag(adversarial, ("search", "answer"))
-    parse_verdict(adversarial)
-    assert time.perf_counter() - start < 0.5
+def test_adversarial_input_costs_a_bounded_number_of_linear_scans(monkeypatch, adversarial, found):
+    """The cost bound as a count, not a stopwatch: inputs 20-50x the cap make the tag patterns scan at most
+    10 * MAX_ACTION_CHARS characters in all (extract_tag: one search and one pass for openers, each within the cap;
+    first_tag: that for each of 2 names plus a search; parse_verdict: once more, or twice over disjoint windows
+    with last=True). Each scan is linear in its window: the patterns ``<[ \\t]*name[ \\t]*>`` hold no nested
+    quantifier. Wall times of these inputs are in ``benchmarks/perf/time_bounds.py``."""
+    scanned = [0]
+    real = tags.tag_patterns
+
+    def counting(name: str):
+        return tuple(_CountingPattern(p, scanned) for p in real(name))
+
+    monkeypatch.setattr(tags, "tag_patterns", counting)
+    monkeypatch.setattr(parsing, "tag_patterns", counting)
+    assert len(adversarial) >= 20 * MAX_ACTION_CHARS
+    got = (extract_tag(adversarial, "search"), first_tag(adversarial, ("search", "answer")))
+    assert got == found
+    assert parse_verdict(adversarial) is None and parse_verdict(adversarial, last=True) is None
+    assert 0 < scanned[0] <= 10 * MAX_ACTION_CHARS, scanned[0]
 
 
 def test_bad_arguments():

@@ -3,6 +3,7 @@ log-probs, token ids, retries and errors."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import socket
 import threading
 import time
@@ -22,30 +23,33 @@ from drmas_train.serving.openai_server import create_app  # noqa: E402
 PROMPTS = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "Name a colour."}]]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Server:
+    """A uvicorn server in a thread on a socket bound here first (port 0: no race for a free port with other
+    processes); ``with`` yields its ``/v1`` URL once uvicorn reports ``started``."""
+
+    start_limit_s = 300.0  # start-up on a bound socket takes well under a second: a roomy limit, never a race
+
     def __init__(self, app):
-        self.port = _free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self):
         self.thread.start()
-        deadline = time.time() + 20
+        deadline = time.monotonic() + self.start_limit_s
         while not self.server.started:
-            if time.time() > deadline:
-                raise RuntimeError("test server did not start")
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.sock.close()
+                raise RuntimeError(f"test server did not start (thread alive: {self.thread.is_alive()})")
             time.sleep(0.02)
         return f"http://127.0.0.1:{self.port}/v1"
 
     def __exit__(self, *exc):
         self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=300)
+        self.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -123,19 +127,29 @@ def test_retries_on_503_then_succeeds_and_gives_up_after_the_bound():
 
 
 def test_timeouts_are_bounded():
+    """A server whose handler never answers (it waits on an event the test sets only at the end): the call can
+    only end through its per-request timeout, once per attempt (2 requests sent: 1 retry). How long it takes is
+    measured by ``benchmarks/perf/time_bounds.py``, not asserted."""
+    release = threading.Event()
     app = fastapi.FastAPI()
 
     @app.post("/v1/chat/completions")
-    def slow(body: dict) -> dict:
-        time.sleep(1.0)
+    def never(body: dict) -> dict:
+        release.wait()
         return {"choices": []}
 
-    with _Server(app) as url:
-        start = time.perf_counter()
-        with OpenAIBackend(url, "m", timeout=0.2, max_retries=1, backoff=0.01) as client:
+    sent = []
+    with _Server(app) as url, OpenAIBackend(url, "m", timeout=0.2, max_retries=1, backoff=0.01) as client:
+        client._client.event_hooks["request"].append(sent.append)
+        pool = concurrent.futures.ThreadPoolExecutor(1)
+        try:
+            call = pool.submit(client.generate, PROMPTS[:1], SamplingParams())
             with pytest.raises(httpx.TimeoutException):
-                client.generate(PROMPTS[:1], SamplingParams())
-        assert time.perf_counter() - start < 1.5
+                call.result(timeout=120)  # a hang guard, not a measurement: 300x the two 0.2 s attempts
+        finally:
+            release.set()  # frees the handlers (and a call stuck past the guard) before the server stops
+            pool.shutdown()
+    assert len(sent) == 2 and all(r.url.path == "/v1/chat/completions" for r in sent)
 
 
 def test_constructor_validation():

@@ -144,7 +144,8 @@ def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
         "--disable-dev-shm-usage",
         f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-profile-', dir=profile)}",
     ]
-    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
+    # timeout: a hang guard, never a measurement
+    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.skipif(
