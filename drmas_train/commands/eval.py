@@ -38,8 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate a policy (scripted baseline or LLM agents) on env ids x data sources: avg@k, pass@k.",
         formatter_class=HelpFormatter,
     )
-    p.add_argument("--env", dest="envs", action="append", required=True, metavar="ENV_ID",
-                   help="env id name-vN (repeat for several)")
+    p.add_argument("--preset", default=None, metavar="PRESET",
+                   help="a training preset or YAML (drmas train --list-presets) whose evaluation this repeats: its env "
+                        "id and env arguments, validation sampling (eval.temperature, eval.top_p), response and prompt "
+                        "limits (rollout.*) and chat-template arguments become the defaults, as the reference's eval "
+                        "mode reuses its training script's settings; flags given here win")
+    p.add_argument("--env", dest="envs", action="append", default=None, metavar="ENV_ID",
+                   help="env id name-vN (repeat for several); required unless --preset names one")
     p.add_argument("--data", action="append", default=[], metavar="SPEC",
                    help="task source: file path, reasoning_gym:<name>, hf:<id>; repeat; default: the env's own tasks")
     p.add_argument("--limit", type=int, default=None, help="first N tasks of each source")
@@ -54,18 +59,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="LLM backend (policy llm): local hf/vllm, or openai = an OpenAI-compatible server at --base-url",
     )
     p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy); the reference evaluates at 0.6")
-    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass in (0, 1]")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (0 = greedy); default: the preset's eval.temperature, else 0.6 (the reference's)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus sampling mass in (0, 1]; default: the preset's eval.top_p, else 0.95 (the reference's)")
     p.add_argument("--top-k", type=int, default=-1, help="top-k sampling (-1 = off)")
-    p.add_argument("--max-new-tokens", type=int, default=1024, help="response length limit per agent call, in tokens")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="response length limit per agent call, in tokens; default: the preset's rollout.max_new_tokens "
+                        "(4096 for the paper's math presets, 800 for search), else 1024")
     p.add_argument("--max-prompt-tokens", type=int, default=None,
-                   help="prompt length limit per agent call, in tokens (default: none); longer prompts are cut as --truncation says")
-    p.add_argument("--truncation", default="left", choices=["left", "middle", "error"],
-                   help="how a prompt over --max-prompt-tokens is cut: drop its start, its middle, or refuse")
+                   help="prompt length limit per agent call, in tokens; default: the preset's, else none; longer "
+                        "prompts are cut as --truncation says")
+    p.add_argument("--truncation", default=None, choices=["left", "middle", "error"],
+                   help="how a prompt over --max-prompt-tokens is cut: drop its start, its middle, or refuse; default: "
+                        "the preset's, else left")
     p.add_argument("--seed", type=int, default=0, help="seeds sampling and env resets (a run is reproducible)")
     p.add_argument("--batch-tasks", type=int, default=8, help="tasks per lock-step rollout batch (policy llm)")
     p.add_argument("--env-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
                    help="extra env argument, value parsed as JSON when possible (e.g. max_loops=3)")
+    p.add_argument("--chat-template-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
+                   help="chat-template argument of every model, value parsed as JSON when possible; repeat "
+                        "(e.g. enable_thinking=false for Qwen3 as the reference's presets)")
     p.add_argument("--label", default=None, help="display name on leaderboards")
     p.add_argument("--transcripts", action="store_true", help="store every agent call's text in episodes.jsonl")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
@@ -81,12 +95,47 @@ def _json_or_str(value: str) -> Any:
         return value
 
 
+#: what ``drmas eval`` uses for a setting that neither a flag nor ``--preset`` gives.
+FALLBACKS = {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 1024, "max_prompt_tokens": None, "truncation": "left"}
+
+
+def preset_defaults(name: str) -> dict[str, Any]:
+    """The evaluation settings of a training preset: env id and arguments, validation sampling, response and prompt
+    limits, and the chat-template arguments its models share.
+
+    Raises:
+        ValueError: an unknown preset (the message lists them), or models whose chat-template arguments differ.
+    """
+    from drmas_train.run.config import load_config
+
+    cfg = load_config(name)
+    template = {tuple(sorted(m.chat_template_kwargs.items())) for m in cfg.models.values()}
+    if len(template) > 1:
+        raise ValueError(f"--preset {name}: its models take different chat-template arguments; give --chat-template-kwarg")
+    return {"envs": [cfg.env.id], "env_kwargs": dict(cfg.env.kwargs), "temperature": cfg.eval.temperature,
+            "top_p": cfg.eval.top_p, "max_new_tokens": cfg.rollout.max_new_tokens,
+            "max_prompt_tokens": cfg.rollout.max_prompt_tokens, "truncation": cfg.rollout.truncation,
+            "chat_template_kwargs": dict(template.pop()) if template else {}}  # fmt: skip
+
+
 def config_from_args(args: argparse.Namespace):
-    """An :class:`~drmas_train.eval.evaluate.EvalConfig` from parsed arguments (raises ValueError on bad values)."""
+    """An :class:`~drmas_train.eval.evaluate.EvalConfig` from parsed arguments: flags first, then ``--preset``'s
+    settings (:func:`preset_defaults`), then :data:`FALLBACKS` (raises ValueError on bad values)."""
     from drmas_train.eval.evaluate import EvalConfig
 
+    preset = preset_defaults(args.preset) if args.preset else {}
+    if args.backend == "openai":  # the server applies the chat template and its own prompt limit
+        preset.pop("max_prompt_tokens", None)
+
+    def pick(name: str) -> Any:
+        value = getattr(args, name)
+        return value if value is not None else preset.get(name, FALLBACKS[name])
+
+    envs = args.envs or preset.get("envs")
+    if not envs:
+        raise ValueError("give --env ENV_ID (or --preset PRESET, whose env is evaluated)")
     return EvalConfig(
-        envs=args.envs,
+        envs=envs,
         data=args.data,
         limit=args.limit,
         k=args.k,
@@ -95,17 +144,19 @@ def config_from_args(args: argparse.Namespace):
         agent_models=dict(args.agent_model),
         backend=args.backend,
         base_url=args.base_url,
-        temperature=args.temperature,
-        top_p=args.top_p,
+        temperature=pick("temperature"),
+        top_p=pick("top_p"),
         top_k=args.top_k,
-        max_new_tokens=args.max_new_tokens,
-        max_prompt_tokens=args.max_prompt_tokens,
-        truncation=args.truncation,
+        max_new_tokens=pick("max_new_tokens"),
+        max_prompt_tokens=pick("max_prompt_tokens"),
+        truncation=pick("truncation"),
         seed=args.seed,
         batch_tasks=args.batch_tasks,
-        env_kwargs={k: _json_or_str(v) for k, v in args.env_kwarg},
+        env_kwargs={**preset.get("env_kwargs", {}), **{k: _json_or_str(v) for k, v in args.env_kwarg}},
         label=args.label,
         transcripts=args.transcripts,
+        chat_template_kwargs={**preset.get("chat_template_kwargs", {}),
+                              **{k: _json_or_str(v) for k, v in args.chat_template_kwarg}},
     )
 
 

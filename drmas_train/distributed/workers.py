@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -81,19 +80,20 @@ class TrainWorker:
         self.model = self.opt = self.ref = self.tokenizer = None
 
     def address(self) -> tuple[str, int]:
-        """(node ip, a free TCP port) for the process group's rendezvous (asked of rank 0)."""
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        """(node ip, port) of the process group's rendezvous, asked of rank 0: it opens the group's TCP store on a
+        port the system picks (``TCPStore(port=0)``) and keeps it, so no other process can take the port between
+        choosing and binding it."""
+        self._store = dist.TCPStore("0.0.0.0", 0, self.world_size, is_master=True, wait_for_workers=False)
+        return ray.util.get_node_ip_address(), self._store.port
 
     def setup(self, master_addr: str, master_port: int) -> str:
-        """Join the process group, load the model, shard/wrap it, build the optimizer. Returns the strategy."""
-        os.environ.update(MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+        """Join the process group (through rank 0's store), load the model, shard/wrap it, build the optimizer.
+        Returns the strategy."""
+        store = getattr(self, "_store", None) or dist.TCPStore(master_addr, master_port, self.world_size, is_master=False)
         backend = "nccl" if self.device.type == "cuda" else "gloo"
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # NCCL binds this process to the bundle's GPU
-        dist.init_process_group(backend, rank=self.rank, world_size=self.world_size)
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size)
         loaded = _load(self.loader, self.spec, self.model_id)
         self.tokenizer = loaded.tokenizer
         if self.kl:

@@ -85,6 +85,9 @@ class EvalConfig:
         env_kwargs: extra keyword arguments for ``make(env_id, ...)``.
         label: display name on leaderboards (default: the policy, or the models).
         transcripts: store every call's text in the episode rows.
+        chat_template_kwargs: passed to every model's chat template (local backends) or sent with every request
+            (``openai``: vLLM and SGLang servers read ``chat_template_kwargs``), e.g. ``{"enable_thinking": False}`` for
+            Qwen3 as the reference's presets (``run_math.sh:52``); a model given as a dict may add its own.
     """
 
     envs: Sequence[str]
@@ -107,6 +110,7 @@ class EvalConfig:
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     label: str | None = None
     transcripts: bool = False
+    chat_template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.envs = tuple(self.envs)
@@ -234,7 +238,20 @@ def agent_model_mapping(config: EvalConfig) -> dict[str, Any]:
     return mapping
 
 
-def openai_pool(mapping: dict[str, Any], env_agents: list[str], base_url: str) -> Any:
+def _with_template_kwargs(mapping: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``mapping`` with ``kwargs`` in every model's ``chat_template_kwargs`` (a model's own take precedence)."""
+    if not kwargs:
+        return mapping
+    out = {}
+    for agent, model in mapping.items():
+        spec = dict(model) if isinstance(model, dict) else {"name_or_path": model}
+        spec["chat_template_kwargs"] = {**kwargs, **dict(spec.get("chat_template_kwargs") or {})}
+        out[agent] = spec
+    return out
+
+
+def openai_pool(mapping: dict[str, Any], env_agents: list[str], base_url: str,
+                chat_template_kwargs: dict[str, Any] | None = None) -> Any:  # fmt: skip
     """A :class:`~drmas_train.model.assignment.ModelPool` of OpenAI-compatible clients, one per distinct model name.
 
     Nothing is loaded locally: each model name is the server's. Token ids are those the server returns (else empty).
@@ -250,9 +267,8 @@ def openai_pool(mapping: dict[str, Any], env_agents: list[str], base_url: str) -
         raise ValueError("backend 'openai' takes model names (the server's), not ModelSpec dicts")
     check_agents(mapping, env_agents)
     names = {a: mapping.get(a, mapping.get("*")) for a in env_agents}
-    return ModelPool(
-        models={}, backends={m: OpenAIBackend(base_url, m) for m in sorted(set(names.values()))}, agent_model_ids=names
-    )
+    backends = {m: OpenAIBackend(base_url, m, chat_template_kwargs=chat_template_kwargs) for m in sorted(set(names.values()))}
+    return ModelPool(models={}, backends=backends, agent_model_ids=names)
 
 
 @dataclasses.dataclass
@@ -333,9 +349,10 @@ class _LLMPlayer:
         if target.agents not in self.pools:
             agents = list(target.agents)
             self.pools[target.agents] = (
-                openai_pool(self.mapping, agents, self.config.base_url)
+                openai_pool(self.mapping, agents, self.config.base_url, self.config.chat_template_kwargs)
                 if self.config.backend == "openai"
-                else build_models(self.mapping, env_agents=agents, backend=self.config.backend)
+                else build_models(_with_template_kwargs(self.mapping, self.config.chat_template_kwargs),
+                                  env_agents=agents, backend=self.config.backend)
             )
         return self.pools[target.agents]
 

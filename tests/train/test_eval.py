@@ -201,3 +201,33 @@ def test_cli_eval_through_an_openai_compatible_server(tmp_path):
     for r in rows:
         assert r["agent_models"] == {"solver": "tiny-llama", "verifier": "tiny-llama"}
         assert sum(r["calls"].values()) == len(r["transcript"]) == r["num_turns"] >= 2
+
+
+def test_eval_preset_repeats_the_training_runs_settings_and_flags_win():
+    """drmas eval --preset: the reference's eval mode reuses its training script (run_math.sh:4-11): the env and its
+    arguments, validation sampling, response / prompt limits and Qwen3's thinking switch come from the preset."""
+    from drmas_train.commands.eval import build_parser, config_from_args
+
+    def config(*argv):
+        return config_from_args(build_parser().parse_args([*argv, "--policy", "llm", "--model", "m", "--out", "o"]))
+
+    c = config("--preset", "drmas_math_qwen3_4b")
+    assert (c.envs, c.max_new_tokens, c.max_prompt_tokens, c.truncation) == (("math-solver-verifier-v0",), 4096, 8192, "middle")
+    assert (c.temperature, c.top_p, c.chat_template_kwargs) == (0.6, 0.95, {"enable_thinking": False})
+    assert c.env_kwargs["max_loops"] == 2
+    c = config("--preset", "drmas_math_qwen3_4b", "--max-new-tokens", "64", "--chat-template-kwarg", "enable_thinking=true")
+    assert c.max_new_tokens == 64 and c.chat_template_kwargs == {"enable_thinking": True}
+    c = config("--env", "math-solver-v0")  # no preset: the reference's sampling, a 1024-token limit
+    assert (c.temperature, c.top_p, c.max_new_tokens, c.max_prompt_tokens, c.truncation) == (0.6, 0.95, 1024, None, "left")
+    with pytest.raises(ValueError, match=r"give --env ENV_ID \(or --preset PRESET"):
+        config()
+
+
+def test_chat_template_kwargs_reach_every_local_model():
+    from drmas_train.eval.evaluate import _with_template_kwargs
+
+    got = _with_template_kwargs({"*": "tiny-qwen3", "verifier": {"name_or_path": "tiny-qwen3", "seed": 1,
+                                                                 "chat_template_kwargs": {"enable_thinking": True}}},
+                                {"enable_thinking": False})  # fmt: skip
+    assert got == {"*": {"name_or_path": "tiny-qwen3", "chat_template_kwargs": {"enable_thinking": False}},
+                   "verifier": {"name_or_path": "tiny-qwen3", "seed": 1, "chat_template_kwargs": {"enable_thinking": True}}}  # fmt: skip
