@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "data": ("drmas_train.commands.data", "build the paper's train/test sets from downloaded files (list | prepare | verify)"),
     "envs": ("drmas_train.commands.envs", "list registered environments"),
     "play": ("drmas_train.commands.play", "play one episode of an env with scripted or LLM policies"),
+    "rehearse": ("drmas_train.commands.rehearse", "dress-rehearse a (paper) preset on a CPU with tiny models"),
 }
 
 

@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
         print("drmas train: interrupted", file=sys.stderr)
         return 130
     took = f"done in {summary['process_wall_time_s']:.0f}s"
-    if summary["wall_time_s"] - summary["process_wall_time_s"] >= 1:  # a resumed run: say what the whole run took
+    if summary["resumed_from"]:  # a resumed run: say what the whole run took
         took += f" (the whole run, resumes included: {summary['wall_time_s']:.0f}s)"
     print(f"{took}; run dir {summary['run_dir']}")
     if summary["plot"]:

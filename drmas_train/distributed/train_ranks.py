@@ -74,12 +74,15 @@ class TrainRanks:
         return [t.update.remote(samples_ref, adv_ref, seed, settings) for t in self.actors]
 
     def finish_update(self, refs: list[Any]) -> dict[str, float]:
-        """Wait for :meth:`start_update`'s ranks; rank 0's metrics (reduced over ranks, identical on each).
+        """Wait for :meth:`start_update`'s ranks; rank 0's metrics (reduced over ranks, identical on each) and
+        ``rank_peak_rss_mb``, the largest peak resident memory of any rank so far (MiB).
 
         Raises:
             DistributedError: a training rank died.
         """
-        return self._get(refs, "the update")[0]
+        outs = self._get(refs, "the update")
+        peak = max(float(o.pop("peak_rss_mb", 0.0)) for o in outs)
+        return {**outs[0], "rank_peak_rss_mb": peak}
 
     def gather_weights(self) -> Any:
         """Collective: rank 0's full state dict put in Ray's object store; returns its ObjectRef (the driver never

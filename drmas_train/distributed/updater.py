@@ -182,8 +182,9 @@ class RayUpdater:
 
         Returns:
             ``loss/<model_id>/<metric>``, as the single-process updater's, plus per model
-            ``dist/<model_id>/generation_restarts`` (engine faults so far in the run) and
-            ``dist/<model_id>/reissued_calls`` (calls re-issued after faults since the last update).
+            ``dist/<model_id>/generation_restarts`` (engine faults so far in the run),
+            ``dist/<model_id>/reissued_calls`` (calls re-issued after faults since the last update) and
+            ``dist/<model_id>/rank_peak_rss_mb`` (the largest peak resident memory of its training ranks, MiB).
 
         Raises:
             DistributedError: a training rank died (see :meth:`recover`).
@@ -220,7 +221,11 @@ class RayUpdater:
         except DistributedError:
             self._failed = model_id
             raise
-        return {f"loss/{model_id}/{k}": v for k, v in out.items()}
+        peak = out.pop("rank_peak_rss_mb", None)
+        metrics = {f"loss/{model_id}/{k}": v for k, v in out.items()}
+        if peak is not None:
+            metrics[f"dist/{model_id}/rank_peak_rss_mb"] = peak
+        return metrics
 
     def write_state(self, folder: Path) -> None:
         """Every rank's sharded model + optimizer (``sharded/<model_id>/``) and the HF weights written by rank 0

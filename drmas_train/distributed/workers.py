@@ -39,7 +39,7 @@ from drmas_train.distributed.data_parallel import (
 )
 from drmas_train.model.models import load_model
 
-__all__ = ["TrainWorker", "GenerationWorker", "StaleWeightsError", "worker_device"]
+__all__ = ["TrainWorker", "GenerationWorker", "StaleWeightsError", "worker_device", "peak_rss_mb"]
 
 
 class StaleWeightsError(RuntimeError):
@@ -49,6 +49,13 @@ class StaleWeightsError(RuntimeError):
 def worker_device(use_gpu: bool) -> torch.device:
     """``cuda:0`` (Ray sets ``CUDA_VISIBLE_DEVICES`` to the bundle's GPU) or ``cpu``."""
     return torch.device("cuda", 0) if use_gpu else torch.device("cpu")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (``getrusage``: Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _load(loader: Callable | None, spec: Any, model_id: str) -> Any:
@@ -114,7 +121,7 @@ class TrainWorker:
                                                  agree_budget=hooks.agree_budget)  # fmt: skip
         out = ppo_update(self.model, self.opt, samples, advantages, settings, pad_token_id=pad, ref_model=self.ref,
                          seed=seed, hooks=hooks)  # fmt: skip
-        return {**drift, **out}
+        return {**drift, **out, "peak_rss_mb": peak_rss_mb()}
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Collective: the full (unsharded) CPU state dict on rank 0, ``{}`` on the other ranks."""

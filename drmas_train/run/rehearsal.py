@@ -1,0 +1,257 @@
+"""A dress rehearsal of a preset on a CPU (``drmas rehearse``): the preset's exact wiring, with tiny models and a
+few tasks, so that a GPU user's first failure is never one a CPU could have caught.
+
+What stays the preset's: the env and its arguments (prompts, grader, termination rules, retrieval protocol), the
+agent -> model assignment (sharing, non-sharing, heterogeneous), chat-template arguments, the estimator, grouping,
+loss and batch layout (padding, mini-batches, loss micro-batches), the optimizer, validation, checkpoints, the Ray
+worker groups of a ``_dist`` preset (FSDP2 or DDP ranks, generation workers), ``--resume`` and ``drmas eval`` on the
+exported checkpoint.
+
+What is replaced (each replacement is listed in the verdict):
+
+* every model by a tiny random-initialised model of the same architecture family and tokenizer family
+  (:data:`STAND_INS`: ``Qwen/Qwen3-*`` -> ``tiny-qwen3``, ``Qwen/Qwen2.5-*`` -> ``tiny-qwen2``, Llama and SmolLM2 ->
+  ``tiny-llama``), float32 on the CPU with the HF engine;
+* the data by a few tasks written in the preset's own data format (the JSONL of ``drmas data prepare``) at the
+  paths the preset names, under the rehearsal's directory;
+* a search preset's retrieval server by :class:`drmas_envs.search.testing.ReferenceProtocolServer`, which speaks the
+  reference server's protocol (one query per request) over BM25 of a small corpus;
+* the sizes: ``rollout.batch_size`` 2, ``group_size`` 2, 12 new tokens, 2 iterations, validation of 2 tasks x 2;
+* a ``_dist`` preset's GPUs by 2 CPU bundles: every worker group trains on 2 gloo ranks (the preset's strategy)
+  with HF generation workers (vLLM needs CUDA).
+
+The verdict (:func:`rehearse`) names each stage that ran, how long it took and, on the Ray path, each worker group's
+peak memory per rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import resource
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from drmas_train.errors import ConfigError
+from drmas_train.run.config import TrainConfig, load_config, to_yaml
+
+__all__ = ["STAND_INS", "stand_in", "rehearsal_config", "rehearse"]
+
+#: (substring of a lower-cased model name, the tiny stand-in of its architecture and tokenizer family), first match.
+STAND_INS = (("qwen3", "tiny-qwen3"), ("qwen2", "tiny-qwen2"), ("llama", "tiny-llama"), ("smollm", "tiny-llama"),
+             ("tiny-", None))  # fmt: skip
+
+#: sizes of a rehearsal: enough for every stage to run its real code (groups with contrast, padding, several
+#: mini-batches, a validation), small enough for two CPU cores.
+ITERATIONS, BATCH, GROUP, NEW_TOKENS, VAL_TASKS = 2, 2, 2, 12, 2
+
+
+def stand_in(name_or_path: str) -> str:
+    """The tiny model that stands in for ``name_or_path`` (itself for a named tiny model).
+
+    Raises:
+        ConfigError: no stand-in of that family (the message lists the families there are).
+    """
+    lower = name_or_path.lower()
+    for key, tiny in STAND_INS:
+        if key in lower:
+            return tiny or name_or_path
+    families = ", ".join(k for k, v in STAND_INS if v)
+    raise ConfigError(f"no tiny stand-in for model {name_or_path!r}: rehearsals know the families {families}")
+
+
+def _math_tasks(n: int) -> list[Any]:
+    from drmas_envs.core import Task
+
+    return [Task(f"rehearsal-{i}", "rehearsal", f"What is {i + 2} + {i + 3}?", str(2 * i + 5)) for i in range(n)]
+
+
+def _write_tasks(path: Path, tasks: list[Any], *, with_id: bool) -> None:
+    """``tasks`` as ``drmas data prepare`` writes them (Task rows; search rows also carry ``id``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [t.to_dict() | ({"id": t.task_id} if with_id else {}) for t in tasks]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def rehearsal_config(cfg: TrainConfig, workdir: Path, *, retrieval_url: str | None = None) -> tuple[TrainConfig, dict[str, Any]]:
+    """``cfg`` rewritten for a CPU rehearsal in ``workdir`` (module docstring); returns it and what was replaced.
+
+    Args:
+        retrieval_url: the stand-in retrieval server of a search preset whose retriever is ``http``.
+
+    Raises:
+        ConfigError: a model with no stand-in.
+    """
+    cfg = dataclasses.replace(cfg)  # the sections are replaced below, never mutated in place
+    replaced: dict[str, Any] = {"models": {}, "data": {}, "sizes": {}}
+    models = {}
+    for key, m in cfg.models.items():
+        tiny = stand_in(m.name_or_path)
+        replaced["models"][key] = {"from": m.name_or_path, "to": tiny}
+        models[key] = dataclasses.replace(m, name_or_path=tiny, dtype="float32", device="cpu", backend="hf")
+    cfg.models = models
+    env = dataclasses.replace(cfg.env, kwargs=dict(cfg.env.kwargs))
+    search = "search" in env.id
+    for where, spec in (("env.data", env.data), ("env.kwargs.tasks", env.kwargs.get("tasks")), ("eval.data", cfg.eval.data)):
+        if isinstance(spec, str) and spec.endswith((".jsonl", ".json", ".parquet")):
+            target = workdir / "data" / Path(spec).with_suffix(".jsonl").name
+            replaced["data"][where] = {"from": spec, "to": str(target)}
+            if search:
+                from drmas_envs.search.synthetic import generate_encyclopedia
+
+                _write_tasks(target, list(generate_encyclopedia().tasks)[:8], with_id=True)
+            else:
+                _write_tasks(target, _math_tasks(8), with_id=False)
+            if where == "env.data":
+                env = dataclasses.replace(env, data=str(target))
+            elif where == "env.kwargs.tasks":
+                env.kwargs["tasks"] = str(target)
+            else:
+                cfg.eval = dataclasses.replace(cfg.eval, data=str(target))
+    if env.kwargs.get("retriever") == "http":
+        if retrieval_url is None:
+            raise ConfigError("a search preset with an http retriever needs the rehearsal's retrieval server")
+        replaced["retrieval"] = {"from": env.kwargs.get("retriever_kwargs"), "to": retrieval_url}
+        env.kwargs["retriever_kwargs"] = {**dict(env.kwargs.get("retriever_kwargs") or {}), "url": retrieval_url}
+    if "corpus" in env.kwargs and isinstance(env.kwargs["corpus"], str):
+        replaced["data"]["env.kwargs.corpus"] = {"from": env.kwargs.pop("corpus"), "to": "the env's synthetic corpus"}
+    cfg.env = env
+    r = cfg.rollout
+    cfg.rollout = dataclasses.replace(r, batch_size=BATCH, group_size=GROUP, max_new_tokens=NEW_TOKENS)
+    replaced["sizes"]["rollout"] = {"batch_size": [r.batch_size, BATCH], "group_size": [r.group_size, GROUP],
+                                    "max_new_tokens": [r.max_new_tokens, NEW_TOKENS]}  # fmt: skip
+    cfg.eval = dataclasses.replace(cfg.eval, every=ITERATIONS, size=VAL_TASKS, k=2)
+    cfg.run = dataclasses.replace(cfg.run, iterations=ITERATIONS, dir=str(workdir / "run"), save_every=1, keep_checkpoints=2,
+                                  progress=False, num_threads=1)  # fmt: skip
+    if cfg.distributed.enabled:
+        d = cfg.distributed
+        cfg.distributed = dataclasses.replace(d, address=None, num_nodes=1, devices_per_node=0, cpus_per_worker=1,
+                                              world_size=dict.fromkeys(cfg.models, 2), generation_engine="hf")  # fmt: skip
+        replaced["distributed"] = {"from": {"devices_per_node": d.devices_per_node, "world_size": dict(d.world_size),
+                                            "generation_engine": d.generation_engine},
+                                   "to": {"devices_per_node": 0, "world_size": 2, "generation_engine": "hf"}}  # fmt: skip
+    return cfg, replaced
+
+
+@contextlib.contextmanager
+def _retrieval_server(cfg: TrainConfig) -> Iterator[str | None]:
+    """The reference-protocol stand-in server over BM25 of the synthetic encyclopedia (search presets with an http
+    retriever), else nothing."""
+    if cfg.env.kwargs.get("retriever") != "http":
+        yield None
+        return
+    from drmas_envs.search.testing import ReferenceProtocolServer
+
+    from drmas_envs.search.retrievers import make_retriever
+    from drmas_envs.search.synthetic import generate_encyclopedia
+
+    retriever = make_retriever("bm25", generate_encyclopedia().passages)
+    with ReferenceProtocolServer(retriever, start_timeout=300.0) as server:
+        yield server.url
+
+
+class _Stages:
+    """The verdict's stage list: each ``with stages.run(name)`` block timed, its failure recorded (later ones skipped)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.failed = False
+
+    @contextlib.contextmanager
+    def run(self, name: str, **info: Any) -> Iterator[dict[str, Any]]:
+        row: dict[str, Any] = {"stage": name, **info}
+        if self.failed:
+            row["ok"] = None  # skipped after an earlier failure
+            self.rows.append(row)
+            yield row
+            return
+        start = time.perf_counter()
+        try:
+            yield row
+            row["ok"] = True
+        except Exception as err:  # noqa: BLE001 - the verdict says what failed, the command exits 1
+            row.update(ok=False, error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=8))
+            self.failed = True
+        finally:
+            row["seconds"] = round(time.perf_counter() - start, 2)
+            self.rows.append(row)
+
+
+def rehearse(preset: str, workdir: str | Path) -> dict[str, Any]:
+    """Rehearse ``preset`` (a preset name or YAML file) in ``workdir`` (created; it must not hold a rehearsal).
+
+    Returns:
+        the verdict: ``{"preset", "ok", "replaced", "stages": [{"stage", "ok", "seconds", ...}], "memory"}``; ``ok`` is
+        true when every stage passed. Stages: ``config``, ``train`` (per iteration: rollout / update / validation
+        seconds), ``checkpoint``, ``resume`` (one more iteration from the checkpoint), ``eval`` (``drmas eval
+        --preset`` on the exported checkpoint). ``memory``: this process's peak resident memory and, on the Ray
+        path, each model's training-rank peak (MiB).
+    """
+    from drmas_train.run.checkpoint import latest_checkpoint
+    from drmas_train.run.metrics_log import read_metrics
+    from drmas_train.run.trainer import train
+
+    workdir = Path(workdir)
+    if (workdir / "verdict.json").exists():
+        raise ConfigError(f"{workdir} already holds a rehearsal (verdict.json); choose a new --dir")
+    workdir.mkdir(parents=True, exist_ok=True)
+    stages, verdict = _Stages(), {"preset": preset, "ok": False, "replaced": {}, "stages": [], "memory": {}}
+    original = load_config(preset)
+    with _retrieval_server(original) as url:
+        cfg = None
+        with stages.run("config") as row:
+            cfg, verdict["replaced"] = rehearsal_config(original, workdir, retrieval_url=url)
+            (workdir / "rehearsal.yaml").write_text(to_yaml(cfg))
+            row["distributed"] = cfg.distributed.enabled
+        with stages.run("train", iterations=ITERATIONS) as row:
+            train(cfg)
+            rows = read_metrics(Path(cfg.run.dir) / "metrics.jsonl")
+            row["per_iteration"] = [{k.split("/")[1]: round(v, 2) for k, v in r.items() if k.startswith("perf/") and v is not None}
+                                    for r in rows if r["iteration"] > 0]  # fmt: skip
+            peaks = {k.split("/")[1]: v for k, v in rows[-1].items() if k.endswith("/rank_peak_rss_mb")}
+            if peaks:
+                verdict["memory"]["rank_peak_rss_mb"] = peaks
+        with stages.run("checkpoint") as row:
+            ckpt = latest_checkpoint(Path(cfg.run.dir) / "checkpoints")
+            exported = sorted(p.name for p in (ckpt / "models").iterdir()) if ckpt is not None else []
+            if ckpt is None or ckpt.name != f"iter_{ITERATIONS:06d}" or sorted(exported) != sorted({m for m in cfg.agents.values()
+                                                                                                  if cfg.models[m].trainable}):
+                raise RuntimeError(f"expected checkpoint iter_{ITERATIONS:06d} with every trainable model exported, got {ckpt} {exported}")
+            row.update(path=str(ckpt), models=exported)
+        with stages.run("resume") as row:
+            more = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, iterations=ITERATIONS + 1))
+            train(more, resume=True)
+            done = [r["iteration"] for r in read_metrics(Path(cfg.run.dir) / "metrics.jsonl")]
+            if done[-1] != ITERATIONS + 1:
+                raise RuntimeError(f"--resume did not continue to iteration {ITERATIONS + 1}: iterations {done}")
+            row["iterations"] = done
+        with stages.run("eval") as row:
+            row.update(_eval_checkpoint(workdir, cfg, latest_checkpoint(Path(cfg.run.dir) / "checkpoints")))
+    verdict["stages"] = stages.rows
+    verdict["memory"]["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+    verdict["ok"] = not stages.failed
+    (workdir / "verdict.json").write_text(json.dumps(verdict, indent=2))
+    return verdict
+
+
+def _eval_checkpoint(workdir: Path, cfg: TrainConfig, ckpt: Path) -> dict[str, Any]:
+    """``drmas eval --preset <the rehearsal's config>`` with each agent's exported model, 2 tasks x 1 sample."""
+    from drmas_train.commands.eval import main as eval_main
+
+    out = workdir / "eval"
+    argv = ["--preset", str(workdir / "rehearsal.yaml"), "--policy", "llm", "--limit", "2", "--k", "1", "--no-progress",
+            "--out", str(out)]  # fmt: skip
+    for agent, key in cfg.agents.items():
+        model = ckpt / "models" / key if cfg.models[key].trainable else cfg.models[key].name_or_path
+        argv += ["--agent-model", f"{agent}={model}"]
+    if cfg.env.data:
+        argv += ["--data", cfg.env.data]
+    code = eval_main(argv)
+    if code != 0:
+        raise RuntimeError(f"drmas eval exited {code}")
+    summary = json.loads((out / "summary.json").read_text())
+    return {"episodes": summary["num_episodes"], "out": str(out)}
