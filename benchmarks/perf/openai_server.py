@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
     import torch
     import uvicorn
+    from drmas_train.backends.openai_server import create_app
 
     from drmas_train.backends.hf import HFBackend
-    from drmas_train.backends.openai_server import create_app
     from drmas_train.model.models import load_model
 
     torch.set_num_threads(args.threads)

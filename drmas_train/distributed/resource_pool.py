@@ -11,6 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
 __all__ = ["ResourcePool", "plan_world_sizes"]
 
 
@@ -68,9 +72,6 @@ class ResourcePool:
 
     def __init__(self, n_bundles: int, *, cpus_per_bundle: int = 1, gpus_per_bundle: int = 0,
                  strategy: str = "PACK", timeout_s: float = 120.0) -> None:  # fmt: skip
-        import ray
-        from ray.util.placement_group import placement_group
-
         if n_bundles < 1 or cpus_per_bundle < 1 or gpus_per_bundle not in (0, 1):
             raise ValueError(f"need n_bundles >= 1, cpus_per_bundle >= 1, gpus_per_bundle in (0, 1); got "
                              f"{n_bundles}, {cpus_per_bundle}, {gpus_per_bundle}")  # fmt: skip
@@ -105,8 +106,6 @@ class ResourcePool:
 
         ``share``: how many actors live on the bundle (they take turns; Ray only checks the sum fits).
         """
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         return {
             "num_cpus": self.cpus / share,
             "num_gpus": self.gpus / share,
@@ -115,6 +114,4 @@ class ResourcePool:
 
     def shutdown(self) -> None:
         """Give the bundles back (the actors on them should be gone first)."""
-        import ray
-
         ray.util.remove_placement_group(self.placement_group)

@@ -35,11 +35,11 @@ def test_a_distributed_variant_adds_only_the_distributed_section(base):
     d = cfg.distributed
     assert (d.enabled, d.address, d.num_nodes, d.devices_per_node, d.colocate, d.strategy) == (True, None, 1, gpus, True, "fsdp2")
     assert d.world_size == {model: gpus for model in cfg.models}  # colocated: every group spans every GPU
-    assert cfg.run.dir == f"runs/{base}_dist"
+    assert cfg.run.dir == f"runs/{base}_dist" and cfg.run.name == f"{base}_dist"
     # the same models, as the driver's CPU copy with the HF engine (workers place their own copies on GPUs)
     assert {k: (m.name_or_path, m.dtype) for k, m in cfg.models.items()} == {
         k: (m.name_or_path, m.dtype) for k, m in ref.models.items()
     }
     assert {(m.device, m.backend) for m in cfg.models.values()} == {("cpu", "hf")}
-    cfg.distributed, cfg.run.dir, cfg.models = ref.distributed, ref.run.dir, ref.models
+    cfg.distributed, cfg.run.dir, cfg.run.name, cfg.models = ref.distributed, ref.run.dir, ref.run.name, ref.models
     assert cfg == ref
