@@ -14,7 +14,7 @@ The Dr. MAS reference (a verl fork) shapes the training signal in three ways tha
 2. **Mini-batches in order** (``verl/workers/actor/dp_actor.py:343``, ``batch.split(ppo_mini_batch_size)``; the
    ``shuffle`` flag is off, ``verl/trainer/config/ppo_trainer.yaml:67``): a rank's share is cut into mini-batches of
    ``ceil(B / (mini_batches * W))`` samples in order (``agent_system/multi_turn_rollout/utils.py:352``).
-3. **A token mean per micro-batch** (``verl/workers/actor/dp_actor.py:358-360,405-419``): each mini-batch is split
+3. **A token mean per micro-batch** (``verl/workers/actor/dp_actor.py:358-360,403,428``): each mini-batch is split
    into micro-batches of ``ppo_micro_batch_size_per_gpu`` samples in order; each micro-batch's loss is aggregated
    over its own tokens (``verl/trainer/ppo/core_algos.py:790-823``, ``agg_loss``) and divided by the nominal
    number of micro-batches ``ppo_mini_batch_size // ppo_micro_batch_size_per_gpu``; FSDP averages the gradients

@@ -3,7 +3,7 @@ reference's own code on held-back random batches:
 
 * the loss of each mini-batch: a token (or sequence) mean per micro-batch of ``ppo_micro_batch_size_per_gpu``
   samples, divided by the nominal accumulation count, averaged over ranks (``langfengQ/DrMAS
-  verl/workers/actor/dp_actor.py:343-419`` with ``agg_loss``, ``verl/trainer/ppo/core_algos.py:790-812``);
+  verl/workers/actor/dp_actor.py:343-428`` with ``agg_loss``, ``verl/trainer/ppo/core_algos.py:790-812``);
 * padding by duplication (``agent_system/multi_turn_rollout/utils.py:286-355``, ``adjust_batch(mode="copy")``), whose
   duplicates enter the advantages' group statistics (``verl/trainer/ppo/ray_trainer.py:1235`` pads before
   ``compute_advantage``).
@@ -36,7 +36,7 @@ def ref_minibatch_losses(loss_mat, mask, *, world, update_num, micro, agg):
     """Each optimizer step's loss as the reference reaches it: the batch is dispatched to ``world`` ranks in
     contiguous chunks; on a rank ``batch.split(ppo_mini_batch_size)`` (dp_actor.py:343) with ``ppo_mini_batch_size =
     ceil(bs / (update_num * world))`` (utils.py:352), each mini-batch ``split(ppo_micro_batch_size_per_gpu)``
-    (:360), each micro-batch's loss ``/ gradient_accumulation`` (:358, :419) summed by ``backward``; FSDP averages
+    (:360), each micro-batch's loss ``/ gradient_accumulation`` (:358, :428) summed by ``backward``; FSDP averages
     the ranks' gradients. Returns {mini-batch index: loss}."""
     bs = loss_mat.shape[0]
     mini_bs = -(-bs // (update_num * world))
