@@ -69,7 +69,7 @@ try:
     out["enable_sleep_mode"] = "accepted"
 except Exception as err:  # vLLM's own words: the line that names sleep mode, else the first line
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()] or [""]
-    said = next((ln for ln in lines if "leep mode" in ln), lines[0])
+    said = next((ln for ln in lines if "leep mode" in ln), lines[0]).split(" [type=")[0]  # pydantic's suffix
     out["enable_sleep_mode"] = f"{type(err).__name__}: {said}"
 print(json.dumps(out))
 """
