@@ -124,7 +124,8 @@ class VLLMGenerationWorker:
 
     Args:
         spec, model_id, loader: as :class:`~drmas_train.distributed.workers.GenerationWorker`: the loader's model is
-            exported once (``save_pretrained`` into a private temporary folder) for vLLM to start from, then freed.
+            exported once (``save_pretrained`` into a private temporary folder) for vLLM to start from, then freed;
+            the folder is removed as soon as the engine has started.
         threads: torch CPU threads of this process.
         use_gpu: whether the actor was given a GPU; without one there is no memory to share and sleep mode is off.
         engine_kwargs: keyword arguments of ``vllm.LLM`` (``gpu_memory_utilization``, ``max_model_len``,
@@ -171,8 +172,14 @@ class VLLMGenerationWorker:
         engine_kwargs.setdefault("tensor_parallel_size", 1)
         if self.sleep_mode:
             engine_kwargs["enable_sleep_mode"] = True
-        self.backend = VLLMBackend(self._export, tokenizer, chat_template_kwargs=spec.chat_template_kwargs,
-                                   model=None, seed=seed, **engine_kwargs)  # fmt: skip
+        try:
+            self.backend = VLLMBackend(self._export, tokenizer, chat_template_kwargs=spec.chat_template_kwargs,
+                                       model=None, seed=seed, **engine_kwargs)  # fmt: skip
+        finally:
+            # The engine has read the export (weights, config, tokenizer) and never reads it again: pushes come from
+            # memory. Removed now, since a worker that Ray kills or restarts runs no cleanup and each start writes a
+            # full copy of the weights to the temporary directory.
+            self._cleanup()
         self.llm = self.backend.llm
         self.version = -1  # -1: the exported start-up weights, never pushed (a fresh or restarted worker)
         self.asleep: set[str] = set()  # the sleep-mode tags whose memory is released now
@@ -252,5 +259,5 @@ class VLLMGenerationWorker:
         return self.backend.generate_ids(prompt_ids, sampling, stop_token_ids=self.eos_ids, filtered_logprobs=True)
 
     def close(self) -> None:
-        """Remove the start-up export (idempotent; also done when the worker is collected or the process exits)."""
+        """Remove the start-up export if still there (idempotent; the engine's start removes it already)."""
         self._cleanup()

@@ -13,6 +13,7 @@ build: start-up, push, generation, log-probs against the trainer's forward, rest
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import types
@@ -199,6 +200,8 @@ def test_engine_starts_asleep_with_the_mapped_engine_arguments(fake_vllm):
     assert (llm.init["seed"], llm.init["dtype"], llm.init["tensor_parallel_size"]) == (3, "float32", 1)
     assert llm.init["logprobs_mode"] == "processed_logprobs"  # log_softmax(logits / T): the drmas convention
     assert llm.init["model"] == llm.init["tokenizer"] == worker._export
+    # removed once the engine has read it: a worker that Ray kills runs no cleanup
+    assert not os.path.exists(worker._export)
     assert EVENTS == [("sleep", 1)] and worker.is_sleeping() and worker.version == -1
     with pytest.raises(RuntimeError, match="is asleep"):  # a matching version but no weights pushed yet
         worker.generate_ids([[4, 5]], SamplingParams(max_new_tokens=2), -1)
