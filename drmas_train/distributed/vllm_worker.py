@@ -26,9 +26,8 @@ Lifecycle of one colocated iteration (the order :class:`WorkerGroup` drives; ver
 Waking the weights before the KV cache keeps the peak at (weights + pushed copy) rather than (weights + KV cache +
 pushed copy). A fresh engine (and one that Ray restarted) goes to sleep right after start-up where sleep mode is on
 (as verl's ``vllm_rollout_spmd.py:175`` does), so it never holds a KV cache while training ranks run; its version is
--1, so
-its first call raises :class:`~drmas_train.distributed.workers.StaleWeightsError`, the group pushes the current
-weights (which wakes it) and re-issues the call.
+-1, so its first call raises :class:`~drmas_train.distributed.workers.StaleWeightsError`, the group pushes the
+current weights (which wakes it) and re-issues the call.
 
 vLLM API relied on (vLLM >= :data:`~drmas_train.backends.vllm.VLLM_MIN_VERSION`; file:line of the 0.32.0 source, run
 for real by ``scripts/vllm_cpu_check.sh`` on the CPU build and by ``scripts/gpu_check.sh`` on CUDA):
