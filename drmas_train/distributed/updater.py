@@ -148,6 +148,7 @@ class RayUpdater:
                     share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(settings.loss.kl_coef),
                     strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
                     engine=d.generation_engine, engine_kwargs=vllm_kwargs, sleep_level=d.vllm_sleep_level,
+                    vllm_allow_cpu=d.vllm_allow_cpu, vllm_python=d.vllm_python,
                 ))  # fmt: skip
                 groups[mid] = WorkerGroup(*group_args[mid][0], **group_args[mid][1])
                 pool.backends[mid] = RayBackend(groups[mid], pool.models[mid].tokenizer,

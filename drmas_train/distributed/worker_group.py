@@ -5,7 +5,8 @@ of the resource pool, and the weight versions that tie them.
 An update runs on the ranks; :meth:`WorkerGroup.publish` then moves the new weights trainer -> engines in memory (rank
 0's full state dict through Ray's shared-memory object store) as the next version. vLLM engines share their bundle's
 GPU with the rank beside them, so :meth:`WorkerGroup.start_update` puts them to sleep first and the push after the
-update wakes them: sleep -> update -> wake_up + load_weights.
+update wakes them: sleep -> update -> wake_up + load_weights (on CPU bundles, allowed only with ``vllm_allow_cpu``,
+vLLM's CPU build has no sleep mode).
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ class WorkerGroup:
         optim_kwargs: :func:`~drmas_train.algorithm.optim.build_optimizer` arguments. kl: keep a frozen reference.
         strategy: ``auto`` | ``fsdp2`` | ``ddp``. threads: torch threads per worker.
         engines: keyword arguments of :class:`GenerationEngines` (``engine``, ``engine_kwargs``, ``sleep_level``,
-            ``max_restarts``, ``backend_kwargs``).
+            ``max_restarts``, ``backend_kwargs``, ``vllm_allow_cpu``, ``vllm_python``).
 
     Raises:
-        ValueError: an unknown engine, or ``vllm`` on a pool without GPUs.
+        ValueError: an unknown engine, or ``vllm`` on a pool without GPUs and without ``vllm_allow_cpu``.
         DistributedError: a rank failed to start (its error chained).
     """
 

@@ -30,6 +30,8 @@ import contextlib
 import dataclasses
 import json
 import resource
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Iterator
@@ -239,19 +241,18 @@ def rehearse(preset: str, workdir: str | Path) -> dict[str, Any]:
 
 
 def _eval_checkpoint(workdir: Path, cfg: TrainConfig, ckpt: Path) -> dict[str, Any]:
-    """``drmas eval --preset <the rehearsal's config>`` with each agent's exported model, 2 tasks x 1 sample."""
-    from drmas_train.commands.eval import main as eval_main
-
+    """``drmas eval --preset <the rehearsal's config>`` with each agent's exported model, 2 tasks x 1 sample, run as
+    the user would type it (a child process: the command line, not a function, is what is rehearsed)."""
     out = workdir / "eval"
-    argv = ["--preset", str(workdir / "rehearsal.yaml"), "--policy", "llm", "--limit", "2", "--k", "1", "--no-progress",
+    argv = [sys.executable, "-m", "drmas_train.cli", "eval", "--preset", str(workdir / "rehearsal.yaml"), "--policy", "llm", "--limit", "2", "--k", "1", "--no-progress",
             "--out", str(out)]  # fmt: skip
     for agent, key in cfg.agents.items():
         model = ckpt / "models" / key if cfg.models[key].trainable else cfg.models[key].name_or_path
         argv += ["--agent-model", f"{agent}={model}"]
     if cfg.env.data:
         argv += ["--data", cfg.env.data]
-    code = eval_main(argv)
-    if code != 0:
-        raise RuntimeError(f"drmas eval exited {code}")
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"drmas eval exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
     summary = json.loads((out / "summary.json").read_text())
     return {"episodes": summary["num_episodes"], "out": str(out)}

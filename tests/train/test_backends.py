@@ -292,9 +292,9 @@ def test_vllm_backend_explains_how_to_get_vllm_when_missing():
     import importlib.util
 
     if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vllm is installed here; its smoke test is scripts/vllm_cpu_smoke.sh")
+        pytest.skip("vllm is installed here; its real-engine check is scripts/vllm_cpu_check.sh")
     from drmas_train.backends.vllm import VLLMBackend
 
     loaded = tiny("tiny-llama")
-    with pytest.raises(ImportError, match=r"the vllm backend needs vLLM: .*scripts/vllm_cpu_smoke.sh"):
+    with pytest.raises(ImportError, match=r"the vllm backend needs vLLM: .*scripts/vllm_cpu_check.sh"):
         VLLMBackend("/nonexistent", loaded.tokenizer)
