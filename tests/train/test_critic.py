@@ -132,6 +132,24 @@ def test_value_update_micro_batches_sum_to_the_full_batch_step():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 
+def test_value_update_with_auto_budget_and_activation_checkpointing():
+    """``micro_batch_tokens: auto`` probes the critic's own forward; activation checkpointing of the critic's decoder
+    gives the same step (SGD: the step is the gradient)."""
+    lm = load_model("tiny-llama").model
+    samples = _samples(lm.config.vocab_size, n=4)
+    returns, _ = pad_rows([np.full(len(s.response_ids), 0.5) for s in samples])
+    steps = []
+    for changes in ({"micro_batch_tokens": "auto"}, {"activation_checkpointing": 1}):
+        critic = ValueModel.from_causal_lm(lm, seed=0)
+        before = [p.detach().clone() for p in critic.parameters()]
+        out = value_update(critic, _sgd(critic), samples, np.zeros_like(returns), returns, SETTINGS.replace(**changes),
+                           pad_token_id=0)  # fmt: skip
+        steps.append([p.detach() - b for p, b in zip(critic.parameters(), before, strict=True)])
+        assert out["micro_batch_tokens"] >= max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    for a, b in zip(*steps, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
 def test_value_update_errors():
     critic = ValueModel.from_causal_lm(load_model("tiny-llama").model, seed=0)
     samples = _samples(critic.config.vocab_size, n=2)
