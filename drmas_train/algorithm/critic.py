@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.algorithm.config import CRITIC_PER
 from drmas_train.algorithm.losses import value_loss
 from drmas_train.algorithm.optim import ModelOptimizer, build_optimizer
 from drmas_train.algorithm.precision import resolve_autocast
@@ -51,8 +52,8 @@ def critic_keys(agents: Mapping[str, str], trainable: Sequence[str], per: str) -
     Raises:
         ValueError: ``per`` not ``model`` or ``agent``.
     """
-    if per not in ("model", "agent"):
-        raise ValueError(f"critic per must be 'model' or 'agent', got {per!r}")
+    if per not in CRITIC_PER:
+        raise ValueError(f"critic per must be one of {list(CRITIC_PER)}, got {per!r}")
     return {a: (m if per == "model" else a) for a, m in agents.items() if m in set(trainable)}
 
 

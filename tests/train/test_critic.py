@@ -166,7 +166,7 @@ def test_critic_keys_per_model_and_per_agent():
     agents = {"solver": "shared", "verifier": "shared", "judge": "frozen"}
     assert critic_keys(agents, ["shared"], "model") == {"solver": "shared", "verifier": "shared"}
     assert critic_keys(agents, ["shared"], "agent") == {"solver": "solver", "verifier": "verifier"}
-    with pytest.raises(ValueError, match="critic per must be 'model' or 'agent'"):
+    with pytest.raises(ValueError, match=r"critic per must be one of \['model', 'agent'\], got 'team'"):
         critic_keys(agents, ["shared"], "team")
     samples = [
         Sample("u", "t", a, "shared", 0, 0, [1], [2], [0.0], [1]) for a in ("solver", "judge", "verifier")
