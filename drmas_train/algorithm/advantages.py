@@ -1,5 +1,5 @@
-"""Advantage estimators: group baselines (GRPO, Dr. MAS, RLOO, REINFORCE++-baseline, GRPO-pass@k, GiGPO, ReMax)
-and REINFORCE++.
+"""Advantage estimators: group baselines (GRPO, Dr. MAS, RLOO, REINFORCE++-baseline, GRPO-pass@k, GiGPO, ReMax),
+REINFORCE++ and GAE (PPO with a critic).
 
 Every estimator is a pure, vectorised function of per-sample (one sample = one agent call) arrays and returns
 one advantage per sample; the trainer broadcasts it over the response tokens (B,) -> (B, T)::
@@ -31,6 +31,9 @@ with mean ``m`` and std ``s`` (reference = ``verl/trainer/ppo/core_algos.py``):
 * ``remax`` (``prompt``): ``v - b``, ``b`` the score of a greedy rollout; arXiv 2310.10505; reference :757-782.
 * ``reinforce_pp`` (no groups): each call's score whitened over the batch's tokens; arXiv 2501.03262; reference
   :724-754.
+* ``gae`` (no groups): PPO with a critic; per-token GAE advantages of each call's response from the critic's values,
+  whitened over the batch's tokens, (B, T) instead of (B,); arXiv 1506.02438; reference :451-493
+  (:mod:`drmas_train.algorithm.gae`).
 
 ``norm_by_std=False`` drops the std division (``A = v - m``; Dr. GRPO, arXiv 2503.20783; GiGPO's
 ``mode="mean_norm"``). ``std`` is the unbiased (n-1) sample std by default, as ``torch.std`` in the reference.
@@ -87,6 +90,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from drmas_train.algorithm.gae import GAMMA, LAM, call_token_rewards, gae, pad_rows
 from drmas_train.algorithm.grouping import (
     GROUPINGS,
     check_grouping,
@@ -113,6 +117,7 @@ __all__ = [
     "register_estimator",
     "get_estimator",
     "needs_greedy_baseline",
+    "needs_critic",
     "group_index",
     "group_stats",
     "normalize_in_groups",
@@ -131,6 +136,7 @@ __all__ = [
     "grpo_passk",
     "gigpo",
     "remax",
+    "gae_estimator",
 ]
 
 #: accepted values of the estimators' ``singleton`` argument (see the module doc); the first is the default.
@@ -251,6 +257,15 @@ def needs_greedy_baseline(name: str) -> bool:
         ValueError: unknown name (as :func:`get_estimator`).
     """
     return "baseline" in inspect.signature(get_estimator(name)).parameters
+
+
+def needs_critic(name: str) -> bool:
+    """Whether estimator ``name`` reads the critic's per-token ``values`` (``gae``: PPO with a critic).
+
+    Raises:
+        ValueError: unknown name (as :func:`get_estimator`).
+    """
+    return "values" in inspect.signature(get_estimator(name)).parameters
 
 
 # ---------------------------------------------------------------- shared statistics
@@ -966,3 +981,64 @@ def remax(
         np.where(valid, b, 0.0), u.row_unit, unbiased=UNBIASED, weight=valid
     )  # (U,): every unit has a row
     return u.to_rows(np.where(u.valid, u.value - unit_b, 0.0), valid)
+
+
+# ---------------------------------------------------------------- PPO with a critic
+
+
+@register_estimator("gae", grouping=None)
+def gae_estimator(
+    scores,
+    *,
+    uid,
+    agent_id,
+    traj_uid=None,
+    turn=None,
+    mask=None,
+    grouping=None,
+    norm_by_std=NORM_BY_STD,
+    eps=EPS,
+    unbiased=UNBIASED,
+    singleton=SINGLETON,
+    values=None,
+    gamma=GAMMA,
+    lam=LAM,
+    token_penalty=None,
+):
+    """PPO's generalised advantage estimation with a critic (Schulman et al. 2016, arXiv 1506.02438; the reference's
+    ``compute_gae_advantage_return``, ``verl/trainer/ppo/core_algos.py:451-493``): per-token advantages of each call's
+    response (:func:`drmas_train.algorithm.gae.gae`), whitened over every real token of the batch with Bessel's
+    correction (:func:`whiten`, the reference's ``masked_whiten``).
+
+    Each call is its own GAE episode: 0 reward per token but the last, which carries the call's score, minus the
+    per-token ``token_penalty`` (the KL in the reward); see :mod:`drmas_train.algorithm.gae`.
+
+    Args:
+        scores: (B,) per-call scores (``Sample.reward``). uid, agent_id, traj_uid, turn: (B,) ids (length checks
+            only). mask: (B,) bool rows that take part (the others get 0).
+        values: B rows of the critic's ``V_t`` (row b has one value per response token of call b). Required.
+        gamma, lam: the per-token discount and the GAE lambda (``algorithm.gamma``, ``algorithm.lam``).
+        token_penalty: B rows of per-token penalties subtracted from the rewards, or None.
+        grouping, norm_by_std, eps, unbiased, singleton: unused (no groups; the whitening always divides by the std).
+
+    Returns:
+        (B, T) float64 per-token advantages (T = the longest response; 0 on padding and in excluded rows).
+
+    Raises:
+        ValueError: ``values`` missing, a ``token_penalty`` row of another length than its ``values`` row, or
+            ``grouping`` given.
+    """
+    if values is None:
+        raise ValueError("gae needs 'values' (the critic's per-token values of each call), got None")
+    if grouping is not None:
+        raise ValueError(f"gae has no groups; grouping must be None, got {grouping!r}")
+    s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn, values=values,
+                        token_penalty=token_penalty)  # fmt: skip
+    lengths = [len(v) for v in values]
+    if token_penalty is not None and [len(p) for p in token_penalty] != lengths:
+        raise ValueError("token_penalty rows must have one entry per response token of their call, as values")
+    v, token_mask = pad_rows(values)
+    token_mask *= valid[:, None]
+    rewards = call_token_rewards(np.where(valid, s, 0.0), lengths, token_penalty)
+    adv, _ = gae(rewards, v, token_mask, gamma=gamma, lam=lam)
+    return whiten(adv.reshape(-1), token_mask.reshape(-1)).reshape(adv.shape) * token_mask

@@ -21,16 +21,20 @@ from drmas_train.algorithm.advantages import (
     UNBIASED,
     get_estimator,
 )
-from drmas_train.algorithm.losses import LOSS_FIELDS, PolicyLossConfig
+from drmas_train.algorithm.gae import GAMMA, LAM
+from drmas_train.algorithm.losses import KL_ESTIMATORS, LOSS_FIELDS, PolicyLossConfig
 from drmas_train.algorithm.precision import AUTOCAST_MODES
+from drmas_train.algorithm.reward_shaping import KL_CONTROLS
 from drmas_train.errors import ConfigError, require
 
-__all__ = ["AlgorithmConfig", "OptimConfig", "MINI_BATCH_ORDERS", "BATCH_PADDINGS"]
+__all__ = ["AlgorithmConfig", "OptimConfig", "CriticConfig", "MINI_BATCH_ORDERS", "BATCH_PADDINGS", "CRITIC_PER"]
 
 #: accepted ``algorithm.mini_batch_order`` values (the first is the reference's).
 MINI_BATCH_ORDERS = ("in_order", "shuffle")
 #: accepted ``algorithm.batch_padding`` values (the first is the reference's).
 BATCH_PADDINGS = ("duplicate", "none")
+#: accepted ``critic.per`` values: one critic per trainable model (its agents share it) or one per agent.
+CRITIC_PER = ("model", "agent")
 
 
 @dataclass
@@ -39,8 +43,9 @@ class AlgorithmConfig:
 
     estimator: str = "drmas"
     """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` | ``rloo`` | ``reinforce_pp`` | ``reinforce_pp_baseline``
-    | ``grpo_passk`` | ``gigpo`` | ``remax`` (:mod:`drmas_train.algorithm.advantages`; ``remax`` plays one extra
-    greedy episode per task each iteration for its baseline)."""
+    | ``grpo_passk`` | ``gigpo`` | ``remax`` | ``gae`` (:mod:`drmas_train.algorithm.advantages`; ``remax`` plays one
+    extra greedy episode per task each iteration for its baseline; ``gae`` is PPO with a critic, configured in the
+    ``critic`` section)."""
     grouping: str | None = None
     """which calls share a baseline: null (the estimator's own) | ``prompt`` (trajectories per prompt group) |
     ``prompt_call`` (calls per prompt group) | ``prompt_agent`` (calls per prompt group and agent, Dr. MAS) |
@@ -55,9 +60,11 @@ class AlgorithmConfig:
     """advantage of a group with one valid member: ``"raw"`` (the reference: mean 0 and std 1, i.e. the score
     over 1 + eps) or ``"zero"`` (A = 0, nothing to compare with); see :mod:`drmas_train.algorithm.advantages` and
     docs/fidelity.md."""
-    gamma: float = 1.0
-    """discount over a trajectory's rounds for ``gigpo``'s step rewards (the reference's default 1.0; its GiGPO
-    examples use 0.95); ``reinforce_pp`` accepts only 1."""
+    gamma: float = GAMMA
+    """discount (the reference's default 1.0): over a trajectory's rounds for ``gigpo``'s step rewards (its GiGPO
+    examples use 0.95); over a response's tokens for ``gae``; ``reinforce_pp`` accepts only 1."""
+    lam: float = LAM
+    """``gae``: the GAE lambda (the reference's default 1.0: Monte-Carlo returns minus the critic's values)."""
     gigpo_step_weight: float = 1.0
     """``gigpo``: weight of the step-level (anchor-state) advantage (the reference's ``step_advantage_w``)."""
     ppo_epochs: int = 1
@@ -92,7 +99,25 @@ class AlgorithmConfig:
     kl_coef: float = 0.0
     """KL(pi || pi_ref) weight; 0 = off (reference default). > 0 keeps a frozen copy of each trained model."""
     kl_estimator: str = "k3"
-    """``k1`` | ``k3``."""
+    """``k1`` | ``k2`` | ``k3`` (:func:`drmas_train.algorithm.losses.kl_penalty`)."""
+    reward_kl_coef: float = 0.0
+    """KL in the reward: every response token is rewarded ``-beta KL_t(pi_old || pi_ref)`` (the reference's
+    ``use_kl_in_reward``; :mod:`drmas_train.algorithm.reward_shaping`); this is beta's initial value, 0 = off (the
+    reference's default). > 0 keeps a frozen copy of each trained model, as ``kl_coef`` does."""
+    reward_kl_estimator: str = "k1"
+    """``k1`` | ``k2`` | ``k3``: the KL estimate of the reward's penalty (the reference's ``kl_penalty: kl``)."""
+    reward_kl_control: str = "fixed"
+    """``fixed`` | ``adaptive``: beta constant, or steered towards ``reward_kl_target`` (Ziegler et al. 2019)."""
+    reward_kl_target: float = 0.1
+    """``adaptive``: the per-call mean KL beta steers to (the reference's ``kl_ctrl.target_kl``)."""
+    reward_kl_horizon: int = 10000
+    """``adaptive``: samples over which a full 20 % change of beta is made (the reference's ``kl_ctrl.horizon``)."""
+    overlong_buffer: int = 0
+    """DAPO's overlong penalty: the last this many tokens before ``rollout.max_new_tokens`` are a soft zone whose
+    penalty grows linearly to ``overlong_penalty_factor`` at the limit (:mod:`drmas_train.algorithm.reward_shaping`);
+    0 = off (the reference's default)."""
+    overlong_penalty_factor: float = 1.0
+    """the overlong penalty at the length limit (the reference's DAPO scripts: 1.0)."""
     entropy_coef: float = 0.0
     """entropy bonus weight."""
     recompute_old_logprobs: bool = True
@@ -116,6 +141,18 @@ class AlgorithmConfig:
         require(self.grouping is None or DEFAULT_GROUPING[self.estimator] is not None,
                 f"algorithm.grouping={self.grouping!r}: {self.estimator} has no group baseline; accepted: null")  # fmt: skip
         require(0 <= self.gamma <= 1, f"algorithm.gamma must be in [0, 1], got {self.gamma}")
+        require(0 <= self.lam <= 1, f"algorithm.lam must be in [0, 1], got {self.lam}")
+        require(self.reward_kl_coef >= 0, f"algorithm.reward_kl_coef must be >= 0 (0 = off), got {self.reward_kl_coef}")
+        require(self.reward_kl_estimator in KL_ESTIMATORS,
+                f"algorithm.reward_kl_estimator={self.reward_kl_estimator!r}; accepted: {', '.join(KL_ESTIMATORS)}")  # fmt: skip
+        require(self.reward_kl_control in KL_CONTROLS,
+                f"algorithm.reward_kl_control={self.reward_kl_control!r}; accepted: {', '.join(KL_CONTROLS)}")  # fmt: skip
+        require(self.reward_kl_control != "adaptive" or (self.reward_kl_target > 0 and self.reward_kl_horizon > 0),
+                f"algorithm.reward_kl_control=adaptive needs reward_kl_target > 0 and reward_kl_horizon > 0, got "
+                f"{self.reward_kl_target}, {self.reward_kl_horizon}")  # fmt: skip
+        require(self.overlong_buffer >= 0, f"algorithm.overlong_buffer must be >= 0 tokens (0 = off), got {self.overlong_buffer}")
+        require(self.overlong_penalty_factor >= 0,
+                f"algorithm.overlong_penalty_factor must be >= 0, got {self.overlong_penalty_factor}")  # fmt: skip
         require(self.estimator != "reinforce_pp" or self.gamma == 1,
                 f"algorithm.gamma={self.gamma}: reinforce_pp gives one advantage per call, which needs gamma = 1 (a "
                 "discount inside a response needs per-token advantages); accepted: 1")  # fmt: skip
@@ -169,3 +206,44 @@ class OptimConfig:
         require(self.activation_checkpointing >= 0,
                 f"optim.activation_checkpointing must be >= 0, got {self.activation_checkpointing}")  # fmt: skip
         require(self.warmup_steps >= 0, f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
+
+
+@dataclass
+class CriticConfig:
+    """The critic of PPO (``algorithm.estimator: gae``): a value model per trainable model, its optimizer and loss.
+
+    Defaults from the reference (``langfengQ/DrMAS verl/trainer/config/ppo_trainer.yaml`` ``critic:`` and
+    ``trainer.critic_warmup``). A critic starts from its policy model's weights with a fresh value head
+    (:class:`drmas_train.model.value_model.ValueModel`; the reference's PPO example sets ``critic.model.path`` to the
+    actor's model) and trains every weight. Ignored unless the estimator reads values
+    (:func:`drmas_train.algorithm.advantages.needs_critic`).
+    """
+
+    per: str = "model"
+    """``model``: one critic per trainable model, shared by the agents that share the model; ``agent``: one per agent
+    (each from its agent's model). The reference has a single critic for all agents."""
+    lr: float = 1e-5
+    """AdamW learning rate of every critic (the reference's ``critic.optim.lr``)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (``optim.betas`` are shared with the policy's optimizer)."""
+    warmup_steps: int = 0
+    """linear learning-rate warm-up of the critic, in its optimizer steps; constant afterwards."""
+    grad_clip: float = 1.0
+    """max total grad norm of each critic (the pre-clip norm is logged)."""
+    value_clip: float | None = 0.5
+    """PPO's value clip: a new value counts as at most this far from the value the returns were computed with
+    (the reference's ``cliprange_value``; :func:`drmas_train.algorithm.losses.value_loss`); null = unclipped."""
+    warmup_iterations: int = 0
+    """iterations that train the critic only: the policy is updated from iteration ``warmup_iterations + 1`` on
+    (the reference's ``trainer.critic_warmup: W`` updates it from iteration ``W`` on: ``W - 1`` critic-only ones)."""
+
+    def validate(self) -> None:
+        """Raises: ConfigError: naming the key (``critic.<field>``), the bad value and what is accepted."""
+        require(self.per in CRITIC_PER, f"critic.per={self.per!r}; accepted: {', '.join(CRITIC_PER)}")
+        require(self.lr > 0 and self.grad_clip > 0,
+                f"critic.lr and critic.grad_clip must be > 0, got {self.lr}, {self.grad_clip}")  # fmt: skip
+        require(self.weight_decay >= 0, f"critic.weight_decay must be >= 0, got {self.weight_decay}")
+        require(self.warmup_steps >= 0, f"critic.warmup_steps must be >= 0, got {self.warmup_steps}")
+        require(self.value_clip is None or self.value_clip > 0,
+                f"critic.value_clip must be > 0 or null (unclipped), got {self.value_clip}")  # fmt: skip
+        require(self.warmup_iterations >= 0, f"critic.warmup_iterations must be >= 0, got {self.warmup_iterations}")

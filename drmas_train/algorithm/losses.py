@@ -18,12 +18,14 @@ from dataclasses import dataclass, fields
 
 import torch
 
-__all__ = ["AGG_MODES", "KL_ESTIMATORS", "PolicyLossConfig", "LOSS_FIELDS", "aggregate", "kl_penalty", "policy_loss"]
+__all__ = ["AGG_MODES", "KL_ESTIMATORS", "PolicyLossConfig", "LOSS_FIELDS", "aggregate", "kl_penalty", "policy_loss",
+           "value_loss"]
 
 #: accepted ``agg`` values of :func:`aggregate` (verl's ``loss_agg_mode``).
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-#: accepted KL estimators (Schulman, "Approximating KL divergence", 2020): k1 = log ratio, k3 = low variance.
-KL_ESTIMATORS = ("k1", "k3")
+#: accepted KL estimators (Schulman, "Approximating KL divergence", 2020): k1 = log ratio, k2 = half its square,
+#: k3 = low variance; the reference's names ``kl`` / ``mse`` / ``low_var_kl`` (``verl/trainer/ppo/core_algos.py:954-967``).
+KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 @dataclass(frozen=True)
@@ -110,14 +112,19 @@ def aggregate(
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str = "k3") -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from samples of pi, (B, T) -> (B, T).
 
-    k1 = ``logp - ref_logp`` (unbiased, high variance); k3 = ``exp(ref - logp) - (ref - logp) - 1`` (unbiased,
-    always >= 0, verl's ``low_var_kl``; the log ratio is clamped to [-20, 20] and the result to [-10, 10] as there).
+    Schulman's estimators ("Approximating KL divergence", 2020), as the reference's ``kl_penalty``
+    (``verl/trainer/ppo/core_algos.py:942-970``): k1 = ``logp - ref_logp`` (unbiased, high variance; ``kl``);
+    k2 = ``(logp - ref_logp)^2 / 2`` (biased, low variance, always >= 0; ``mse``); k3 =
+    ``exp(ref - logp) - (ref - logp) - 1`` (unbiased, always >= 0, ``low_var_kl``; its result is clamped to
+    [-10, 10] as there, and the log ratio to [-20, 20] here so that ``exp`` cannot overflow).
 
     Raises:
         ValueError: unknown estimator.
     """
     if estimator == "k1":
         return logprobs - ref_logprobs
+    if estimator == "k2":
+        return 0.5 * (logprobs - ref_logprobs).square()
     if estimator == "k3":
         log_ratio = (ref_logprobs - logprobs).clamp(-20.0, 20.0)
         return (log_ratio.exp() - log_ratio - 1.0).clamp(-10.0, 10.0)
@@ -209,4 +216,61 @@ def policy_loss(
             loss = loss - cfg.entropy_coef * aggregate(entropy, m, cfg.loss_agg, denom=denom)
     elif cfg.entropy_coef:
         raise ValueError("entropy_coef != 0 needs the token entropies (forward_logprobs(..., with_entropy=True))")
+    return loss, metrics
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip: float | None,
+    agg: str,
+    denom: float | torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped value loss of PPO's critic, and its diagnostics.
+
+    Per token (PPO, Schulman et al. 2017, arXiv 1707.06347; the reference's ``compute_value_loss``,
+    ``verl/trainer/ppo/core_algos.py:907-939``, which is TRL's)::
+
+        v_clip = old_v + clamp(v - old_v, -clip, clip)
+        L      = max((v - R)^2, (v_clip - R)^2)
+
+    aggregated by :func:`aggregate`. The reference's critic loss has no ``1/2`` factor and neither has this one.
+
+    Args:
+        values: (B, T) float32 predictions of the critic being trained (carry gradients).
+        old_values: (B, T) the critic's predictions when the returns were computed (no gradient).
+        returns: (B, T) GAE returns (advantage + old value; :func:`drmas_train.algorithm.gae.gae`).
+        mask: (B, T) 1 for real response tokens.
+        clip: the value clip range (``critic.value_clip``, the reference's ``cliprange_value``); None = unclipped.
+        agg: one of :data:`AGG_MODES`. denom: see :func:`aggregate`.
+
+    Returns:
+        ``(loss, metrics)``: ``vf_loss`` (the aggregated loss), ``vf_clipfrac`` (share of tokens where the clipped
+        term was the larger, the reference's ``vf_clipfrac``), ``vpred_mean`` (token mean of ``values``), token means
+        over this batch.
+
+    Raises:
+        ValueError: shapes differ.
+    """
+    if not values.shape == old_values.shape == returns.shape == mask.shape:
+        raise ValueError(
+            f"values {tuple(values.shape)}, old_values {tuple(old_values.shape)}, returns {tuple(returns.shape)} "
+            f"and mask {tuple(mask.shape)} must have the same (B, T) shape"
+        )
+    m = mask.to(values.dtype)
+    unclipped = (values - returns).square()  # (B, T)
+    if clip is None:
+        per_token, clipped_more = unclipped, torch.zeros_like(m)
+    else:
+        v_clip = old_values + (values - old_values).clamp(-clip, clip)  # (B, T)
+        clipped = (v_clip - returns).square()
+        per_token = torch.maximum(unclipped, clipped)
+        clipped_more = (clipped > unclipped).to(m.dtype)
+    loss = aggregate(per_token, m, agg, denom=denom)
+    with torch.no_grad():
+        metrics = {"vf_loss": loss.item(), "vf_clipfrac": _masked_mean(clipped_more, m),
+                   "vpred_mean": _masked_mean(values.detach(), m)}  # fmt: skip
     return loss, metrics

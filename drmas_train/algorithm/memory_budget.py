@@ -19,6 +19,7 @@ How (docs/update-performance.md):
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +54,25 @@ def free_memory_bytes(device: torch.device | str) -> int:
     return min(free, cgroup) if cgroup is not None else free
 
 
-def activation_bytes_per_token(model: Any, length: int, **forward_kwargs: Any) -> float:
+def activation_bytes_per_token(
+    model: Any, length: int, *, probe: Callable[..., Any] | None = None, **forward_kwargs: Any
+) -> float:
     """Bytes autograd saves per token for one sequence of ``length`` tokens (half prompt, half response).
 
     Args:
         model: the causal LM (train mode as in the update; its parameters are not counted).
         length: probe length in tokens (>= 2).
-        forward_kwargs: passed to :func:`drmas_train.model.logprobs.forward_logprobs` (``lm_head_chunk``, ...).
+        probe: ``probe(model, prompt_ids, response_ids, pad_token_id=...) -> tensor`` the update's forward (default:
+            :func:`drmas_train.model.logprobs.forward_logprobs`; the critic's update passes
+            :func:`drmas_train.model.value_model.forward_values`).
+        forward_kwargs: passed to ``probe`` (``lm_head_chunk``, ...).
 
     Raises:
         ValueError: ``length < 2``.
     """
     from drmas_train.model.logprobs import forward_logprobs
 
+    probe = probe or forward_logprobs
     if length < 2:
         raise ValueError(f"probe length must be >= 2 tokens, got {length}")
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -77,12 +84,13 @@ def activation_bytes_per_token(model: Any, length: int, **forward_kwargs: Any) -
             seen[storage.data_ptr()] = storage.nbytes()
         return t
 
-    token = int(getattr(model.config, "bos_token_id", None) or 1)
+    token = int(getattr(getattr(model, "config", None), "bos_token_id", None) or 1)
     half = length // 2
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.enable_grad():
-        logprobs, _, _ = forward_logprobs(model, [[token] * half], [[token] * (length - half)], pad_token_id=token,
-                                          **forward_kwargs)  # fmt: skip
-    del logprobs  # frees the graph
+        out = probe(
+            model, [[token] * half], [[token] * (length - half)], pad_token_id=token, **forward_kwargs
+        )
+    del out  # frees the graph
     return sum(seen.values()) / length
 
 
@@ -93,6 +101,7 @@ def auto_micro_batch_tokens(
     fraction: float = 0.25,
     max_tokens: int = 1 << 14,
     free_bytes: int | None = None,
+    probe: Callable[..., Any] | None = None,
     **forward_kwargs: Any,
 ) -> int:
     """Token budget of a micro-batch that fits ``fraction`` of the free memory (see the module docstring).
@@ -103,7 +112,7 @@ def auto_micro_batch_tokens(
         fraction: share of the free memory for the saved activations, in (0, 1].
         max_tokens: upper clamp.
         free_bytes: free memory to assume (default: measured by :func:`free_memory_bytes`).
-        forward_kwargs: see :func:`activation_bytes_per_token`.
+        probe, forward_kwargs: see :func:`activation_bytes_per_token`.
 
     Returns:
         the budget in tokens, ``>= typical_length``.
@@ -118,7 +127,7 @@ def auto_micro_batch_tokens(
     bucket = max(2, 1 << (int(typical_length) - 1).bit_length())  # next power of two
     per_model = _CACHE.setdefault(model, {})
     if bucket not in per_model:
-        per_model[bucket] = activation_bytes_per_token(model, bucket, **forward_kwargs)
+        per_model[bucket] = activation_bytes_per_token(model, bucket, probe=probe, **forward_kwargs)
     if free_bytes is None:
         free_bytes = free_memory_bytes(next(model.parameters()).device)
     budget = int(fraction * free_bytes / max(per_model[bucket], 1.0))

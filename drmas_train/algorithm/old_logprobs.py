@@ -28,7 +28,7 @@ import torch
 
 from drmas_train.algorithm.precision import resolve_autocast
 from drmas_train.algorithm.settings import UpdateSettings
-from drmas_train.algorithm.update import plan_micro_batches, shares_prompts
+from drmas_train.algorithm.update import advantage_rows, plan_micro_batches, shares_prompts
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward, forward_logprobs
 
@@ -176,7 +176,7 @@ def old_logprobs_for_update(
 
     Args:
         model: the training model (its current weights are π_old), or a Forward over it. samples: (B,).
-        advantages: (B,) float. settings: the update's settings. pad_token_id: the tokenizer's pad id.
+        advantages: (B,) or (B, T) float. settings: the update's settings. pad_token_id: the tokenizer's pad id.
         agree_budget: see :func:`recompute_old_logprobs`.
 
     Returns:
@@ -186,6 +186,6 @@ def old_logprobs_for_update(
     if not settings.recompute_old_logprobs:
         return list(samples), {}
     loss = settings.loss
-    used = (np.asarray(advantages) != 0) | bool(loss.kl_coef) | bool(loss.entropy_coef)  # what the loss reads
+    used = advantage_rows(advantages) | bool(loss.kl_coef) | bool(loss.entropy_coef)  # what the loss reads
     return recompute_old_logprobs(model, samples, settings, pad_token_id=pad_token_id, select=used,
                                   agree_budget=agree_budget)  # fmt: skip

@@ -13,9 +13,13 @@ column               from
 ``anchor``           ``Sample.anchor_key`` (GiGPO anchor states)
 ``step_rewards``     GiGPO with ``gamma < 1``: the discounted return of the call's round, minus its penalty
 ``baseline``         ReMax: :func:`~drmas_train.algorithm.advantages.greedy_baseline` of the greedy rollout
+``values``           GAE: the critic's ``V_t`` of each response token (the updater's ``critic_values``)
+``token_penalty``    GAE with the KL in the reward: ``beta KL_t`` of each response token
 ==================== =================================================================================
 
-Only the columns an estimator's signature names are built and passed.
+Only the columns an estimator's signature names are built and passed. The KL in the reward
+(:mod:`drmas_train.algorithm.reward_shaping`) enters the other estimators through ``scores``: each call's score
+loses the sum of its tokens' penalties, as the reference's ``token_level_rewards.sum(-1)``.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from drmas_train.algorithm.advantages import (
     greedy_baseline,
     step_discounted_returns,
 )
+from drmas_train.algorithm.gae import call_token_rewards, gae, pad_rows
 
-__all__ = ["sample_advantages", "gigpo_step_rewards"]
+__all__ = ["sample_advantages", "gigpo_step_rewards", "gae_returns"]
 
 
 def gigpo_step_rewards(samples: Sequence[Any], gamma: float) -> np.ndarray:
@@ -60,24 +65,37 @@ def gigpo_step_rewards(samples: Sequence[Any], gamma: float) -> np.ndarray:
 
 
 def sample_advantages(
-    samples: Sequence[Any], algorithm: Any, *, greedy: Sequence[Any] | None = None
+    samples: Sequence[Any],
+    algorithm: Any,
+    *,
+    greedy: Sequence[Any] | None = None,
+    values: Sequence[Sequence[float]] | None = None,
+    token_penalty: Sequence[Sequence[float]] | None = None,
 ) -> np.ndarray:
-    """(B,) float64 advantages of ``samples`` under ``algorithm`` (the ``algorithm`` section of the training config:
-    ``estimator``, ``grouping``, ``norm_by_std``, ``eps``, ``unbiased_std``, ``singleton``, ``gamma``,
-    ``gigpo_step_weight``).
+    """Advantages of ``samples`` under ``algorithm`` (the ``algorithm`` section of the training config:
+    ``estimator``, ``grouping``, ``norm_by_std``, ``eps``, ``unbiased_std``, ``singleton``, ``gamma``, ``lam``,
+    ``gigpo_step_weight``): (B,) float64, one per call, or (B, T) per token for ``gae``.
 
     Args:
         greedy: the greedy rollout's samples, ``uid`` matching
             (:func:`drmas_train.collect.greedy_rollout.greedy_rollout`); required by estimators with a ``baseline``
             (ReMax), ignored otherwise.
+        values: B rows of the critic's per-token values; required by estimators that read ``values`` (GAE).
+        token_penalty: B rows of per-token reward penalties (the KL in the reward,
+            :func:`drmas_train.algorithm.reward_shaping.kl_reward_penalty`), or None.
 
     Raises:
-        ValueError: unknown estimator; ReMax without ``greedy``; GiGPO on samples without ``anchor_key``; the
-            estimator's own errors.
+        ValueError: unknown estimator; ReMax without ``greedy``; GAE without ``values``; GiGPO on samples without
+            ``anchor_key``; the estimator's own errors.
     """
     a = algorithm
     fn = get_estimator(a.estimator)
     params = inspect.signature(fn).parameters
+    scores = np.array([s.reward for s in samples], dtype=np.float64)
+    if (
+        token_penalty is not None and "token_penalty" not in params
+    ):  # a call's reward is the sum of its tokens'
+        scores = scores - np.array([float(np.sum(p)) for p in token_penalty])
     kw: dict[str, Any] = dict(
         uid=[s.uid for s in samples], agent_id=[s.agent_id for s in samples], traj_uid=[s.traj_uid for s in samples],
         turn=[s.agent_turn for s in samples], grouping=a.grouping, norm_by_std=a.norm_by_std, eps=a.eps,
@@ -87,6 +105,14 @@ def sample_advantages(
         kw["token_count"] = [sum(s.response_mask) for s in samples]
     if "gamma" in params:
         kw["gamma"] = a.gamma
+    if "lam" in params:
+        kw["lam"] = a.lam
+    if "values" in params:
+        if values is None:
+            raise ValueError(f"{a.estimator} needs the critic's per-token values (values=...)")
+        kw["values"] = list(values)
+    if "token_penalty" in params:
+        kw["token_penalty"] = token_penalty
     if "anchor" in params:
         missing = [i for i, s in enumerate(samples) if not s.anchor_key]
         if missing:
@@ -107,4 +133,31 @@ def sample_advantages(
             greedy_scores=[g.reward for g in greedy], greedy_uid=[g.uid for g in greedy],
             greedy_agent_id=[g.agent_id for g in greedy], greedy_turn=[g.agent_turn for g in greedy],
         )  # fmt: skip
-    return fn(np.array([s.reward for s in samples], dtype=np.float64), **kw)
+    return fn(scores, **kw)
+
+
+def gae_returns(
+    samples: Sequence[Any],
+    values: Sequence[Sequence[float]],
+    algorithm: Any,
+    *,
+    token_penalty: Sequence[Sequence[float]] | None = None,
+) -> list[np.ndarray]:
+    """The critic's targets: B rows of GAE returns ``A_t + V_t`` (one per response token), from the same token
+    rewards as the ``gae`` estimator's advantages (:func:`drmas_train.algorithm.gae.gae`; ``algorithm.gamma``,
+    ``algorithm.lam``).
+
+    Args:
+        samples: (B,). values: B rows of the critic's values (as given to :func:`sample_advantages`).
+        token_penalty: as :func:`sample_advantages`.
+
+    Raises:
+        ValueError: a ``values`` row of another length than its call's response.
+    """
+    lengths = [len(s.response_ids) for s in samples]
+    if [len(v) for v in values] != lengths:
+        raise ValueError("values must hold one value per response token of each sample")
+    v, mask = pad_rows(values)
+    rewards = call_token_rewards([s.reward for s in samples], lengths, token_penalty)
+    _, returns = gae(rewards, v, mask, gamma=algorithm.gamma, lam=algorithm.lam)
+    return [returns[b, :n] for b, n in enumerate(lengths)]

@@ -13,15 +13,32 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from drmas_train.algorithm.config import AlgorithmConfig, OptimConfig
+from drmas_train.algorithm.advantages import needs_critic
+from drmas_train.algorithm.config import AlgorithmConfig, CriticConfig, OptimConfig
 from drmas_train.algorithm.losses import LOSS_FIELDS, PolicyLossConfig
 
-__all__ = ["UpdateSettings", "loss_settings"]
+__all__ = ["UpdateSettings", "CriticSettings", "loss_settings"]
 
 
 def loss_settings(algorithm: AlgorithmConfig) -> PolicyLossConfig:
     """The PPO loss settings of an ``algorithm`` section."""
     return PolicyLossConfig(**{name: getattr(algorithm, name) for name in LOSS_FIELDS})
+
+
+@dataclass(frozen=True)
+class CriticSettings:
+    """The critic's update settings besides those it shares with the policy's (epochs, mini-batches, micro-batch
+    budget, autocast, loss aggregation: as the reference's critic takes the actor's).
+
+    Attributes:
+        value_clip: the value clip range (``critic.value_clip``; None = unclipped).
+    """
+
+    value_clip: float | None
+
+    @classmethod
+    def from_config(cls, critic: CriticConfig) -> CriticSettings:
+        return cls(value_clip=critic.value_clip)
 
 
 @dataclass(frozen=True)
@@ -44,6 +61,8 @@ class UpdateSettings:
         share_prompts: compute each group's shared prompt once per micro-batch.
         skip_zero_advantage: skip the forward/backward of samples whose advantage is exactly 0 when no KL or
             entropy term reads them (the update is identical).
+        critic: the critic's own settings (:class:`CriticSettings`) when the estimator reads values (``gae``), else
+            None (the run has no critic).
 
     Raises:
         ConfigError: a value out of range, found by the check of its config section (``optim.*``, ``algorithm.*``;
@@ -63,6 +82,7 @@ class UpdateSettings:
     lm_head_chunk: int | None = None
     share_prompts: bool = True
     skip_zero_advantage: bool = True
+    critic: CriticSettings | None = None
 
     def __post_init__(self) -> None:  # the config sections' own checks: one check per setting
         OptimConfig(micro_batch_tokens=self.micro_batch_tokens, activation_checkpointing=self.activation_checkpointing,
@@ -71,13 +91,18 @@ class UpdateSettings:
                         loss_micro_batch_size=self.loss_micro_batch_size, batch_padding="none").validate()  # fmt: skip
 
     @classmethod
-    def from_config(cls, algorithm: AlgorithmConfig, optim: OptimConfig, *, temperature: float) -> UpdateSettings:
-        """The settings of a run: its ``algorithm`` and ``optim`` sections and ``rollout.temperature``."""
+    def from_config(cls, algorithm: AlgorithmConfig, optim: OptimConfig, *, temperature: float,
+                    critic: CriticConfig | None = None) -> UpdateSettings:  # fmt: skip
+        """The settings of a run: its ``algorithm`` and ``optim`` sections, ``rollout.temperature`` and, when the
+        estimator reads values, its ``critic`` section (None: the section's defaults)."""
+        critic_settings = None
+        if needs_critic(algorithm.estimator):
+            critic_settings = CriticSettings.from_config(critic if critic is not None else CriticConfig())
         return cls(loss=loss_settings(algorithm), temperature=temperature, ppo_epochs=algorithm.ppo_epochs,
                    mini_batches=algorithm.mini_batches, mini_batch_order=algorithm.mini_batch_order,
                    loss_micro_batch_size=algorithm.loss_micro_batch_size, micro_batch_tokens=optim.micro_batch_tokens,
                    activation_checkpointing=optim.activation_checkpointing, autocast=optim.autocast,
-                   recompute_old_logprobs=algorithm.recompute_old_logprobs)  # fmt: skip
+                   recompute_old_logprobs=algorithm.recompute_old_logprobs, critic=critic_settings)  # fmt: skip
 
     @classmethod
     def defaults(cls, **changes: Any) -> UpdateSettings:

@@ -38,7 +38,8 @@ from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward, can_share_prompts, forward_logprobs
 
-__all__ = ["ppo_update", "pad_right", "UpdateHooks", "shares_prompts", "plan_micro_batches", "loss_layout"]
+__all__ = ["ppo_update", "run_epochs", "MicroStep", "advantage_rows", "pad_right", "UpdateHooks", "shares_prompts",
+           "plan_micro_batches", "micro_batch_budget", "activation_checkpointing", "loss_layout"]
 
 
 def shares_prompts(model: Any, settings: UpdateSettings) -> bool:
@@ -92,11 +93,6 @@ class UpdateHooks:
     agree_budget: Callable[[int], int] = lambda tokens: tokens  # noqa: E731
 
 
-#: loss metrics aggregated with the mini-batch denominator (summed over micro-batches, then averaged over
-#: mini-batches); the others are per-micro-batch token means (token-weighted).
-_ADDITIVE = frozenset({"pg_loss"})
-
-
 def pad_right(rows: Sequence[Sequence[float]], length: int, value: float = 0.0) -> torch.Tensor:
     """(B, length) float32 tensor of ``rows`` right-padded with ``value`` (rows longer than ``length`` are cut)."""
     out = torch.full((len(rows), length), value, dtype=torch.float32)
@@ -120,6 +116,23 @@ def loss_layout(samples: Sequence[Sample], settings: UpdateSettings, *, world_si
                             micro_batch_size=settings.loss_micro_batch_size, world_size=world_size)  # fmt: skip
 
 
+def advantage_rows(advantages: np.ndarray) -> np.ndarray:
+    """(B,) bool: the samples whose advantage is non-zero somewhere (a (B,) per-call or (B, T) per-token array)."""
+    a = np.asarray(advantages) != 0
+    return a.any(axis=1) if a.ndim == 2 else a
+
+
+def _check_advantages(samples: Sequence[Sample], advantages: np.ndarray) -> None:
+    a = np.asarray(advantages)
+    if len(a) != len(samples):
+        raise ValueError(f"got {len(a)} advantages for {len(samples)} samples")
+    if a.ndim not in (1, 2):
+        raise ValueError(f"advantages must be (B,) per call or (B, T) per token, got shape {a.shape}")
+    longest = max((len(s.response_ids) for s in samples), default=0)
+    if a.ndim == 2 and a.shape[1] < longest:
+        raise ValueError(f"per-token advantages of shape {a.shape} are shorter than the longest response ({longest} tokens)")
+
+
 def ppo_update(
     model: Any,
     opt: ModelOptimizer,
@@ -139,7 +152,8 @@ def ppo_update(
             the module its optimizer steps (the wrapper of a data-parallel process).
         opt: its :class:`ModelOptimizer`.
         samples: (B,) the model's samples this iteration (any agents).
-        advantages: (B,) float advantages aligned with ``samples``.
+        advantages: (B,) float advantages aligned with ``samples`` (one per call), or (B, T) per token (GAE),
+            right-padded, ``T`` >= the longest response.
         settings: the run's update settings (:class:`~drmas_train.algorithm.settings.UpdateSettings`): loss, temperature,
             epochs x mini-batches, micro-batch token budget (``"auto"``: chosen from the free memory once per call,
             :func:`drmas_train.algorithm.memory_budget.auto_micro_batch_tokens`), activation checkpointing, autocast,
@@ -148,7 +162,8 @@ def ppo_update(
             counts in the mini-batch denominator and the optimizer still steps, so the update is identical).
         pad_token_id: tokenizer pad id.
         ref_model: frozen reference for the KL penalty (needed when ``settings.loss.kl_coef`` != 0).
-        seed: seeds the mini-batch shuffle (numpy Generator; deterministic given the iteration).
+        seed: seeds the mini-batch shuffle of ``mini_batch_order="shuffle"`` (numpy Generator; deterministic given
+            the iteration).
         hooks: run as one of several processes training the model together (:class:`UpdateHooks`); None = alone.
 
     Returns:
@@ -160,18 +175,31 @@ def ppo_update(
     Raises:
         ValueError: ``advantages`` not aligned with ``samples``.
     """
-    if len(advantages) != len(samples):
-        raise ValueError(f"got {len(advantages)} advantages for {len(samples)} samples")
+    _check_advantages(samples, advantages)
     if not samples:
         return {}
     hooks = hooks or UpdateHooks(Forward.of(model))
     share_prompts = shares_prompts(hooks.forward.module, settings)  # micro-batches count a shared prompt once only then
-    with _checkpointing(hooks.forward.module, settings.activation_checkpointing):
-        return _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_model, seed, share_prompts, hooks)
+    loss_cfg = settings.loss
+    fwd = {"lm_head_chunk": settings.lm_head_chunk, "share_prompts": share_prompts}
+    autocast_dtype = resolve_autocast(settings.autocast, next(hooks.forward.module.parameters()).device)
+    skip_zero = settings.skip_zero_advantage and not loss_cfg.kl_coef and not loss_cfg.entropy_coef
+    advantages = np.asarray(advantages)
+
+    def step(batch: list[Sample], rows: np.ndarray, denom: float | torch.Tensor) -> tuple[dict[str, float], float]:
+        adv = torch.as_tensor(advantages[rows], dtype=torch.float32)  # (b,) or (b, T)
+        return _micro_step(hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom, ref_model,
+                           fwd, autocast_dtype)  # fmt: skip
+
+    with activation_checkpointing(hooks.forward.module, settings.activation_checkpointing):
+        budget = micro_batch_budget(model, samples, settings, hooks, lm_head_chunk=settings.lm_head_chunk)
+        return run_epochs(model, opt, samples, settings, seed=seed, hooks=hooks, budget=budget, step=step,
+                          share_prompts=share_prompts, additive=("pg_loss",),
+                          keep=advantage_rows(advantages) if skip_zero else None)  # fmt: skip
 
 
 @contextlib.contextmanager
-def _checkpointing(model: Any, every_n_layers: int):
+def activation_checkpointing(model: Any, every_n_layers: int):
     """Activation checkpointing of every ``every_n_layers``-th decoder layer inside the block (0 = leave as is)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if not every_n_layers or getattr(base, "is_activation_checkpointing", False):
@@ -184,17 +212,58 @@ def _checkpointing(model: Any, every_n_layers: int):
         base.activation_checkpointing_disable()
 
 
-def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_model, seed, share_prompts, hooks):
-    loss_cfg, budget = settings.loss, settings.micro_batch_tokens
-    fwd = {"lm_head_chunk": settings.lm_head_chunk, "share_prompts": share_prompts}
-    device = next(hooks.forward.module.parameters()).device
-    autocast_dtype = resolve_autocast(settings.autocast, device)
-    if budget == "auto":
-        from drmas_train.algorithm.memory_budget import auto_micro_batch_tokens
+def micro_batch_budget(model: Any, samples: Sequence[Sample], settings: UpdateSettings, hooks: UpdateHooks, **probe: Any) -> int:
+    """The micro-batch token budget: ``settings.micro_batch_tokens``, or for ``"auto"`` the one chosen from the free
+    memory (:func:`drmas_train.algorithm.memory_budget.auto_micro_batch_tokens`, with ``probe`` its forward's
+    arguments), agreed between the processes."""
+    if settings.micro_batch_tokens != "auto":
+        return int(settings.micro_batch_tokens)
+    from drmas_train.algorithm.memory_budget import auto_micro_batch_tokens
 
-        longest = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
-        model.train()
-        budget = hooks.agree_budget(auto_micro_batch_tokens(hooks.forward.module, longest, lm_head_chunk=settings.lm_head_chunk))
+    longest = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    model.train()
+    return hooks.agree_budget(auto_micro_batch_tokens(hooks.forward.module, longest, **probe))
+
+
+#: ``step(batch, rows, denom) -> (metrics, tokens)``: forward + backward of one micro-batch (``rows``: the indices of
+#: its samples), loss aggregated with the divisor ``denom``.
+MicroStep = Callable[[list[Sample], np.ndarray, "float | torch.Tensor"], tuple[dict[str, float], float]]
+
+
+def run_epochs(
+    model: Any,
+    opt: ModelOptimizer,
+    samples: Sequence[Sample],
+    settings: UpdateSettings,
+    *,
+    seed: int,
+    hooks: UpdateHooks,
+    budget: int,
+    step: MicroStep,
+    share_prompts: bool,
+    additive: Sequence[str],
+    keep: np.ndarray | None = None,
+) -> dict[str, float]:
+    """The loop the policy and the value update share: ``settings.ppo_epochs`` passes over ``samples``, each cut into
+    ``settings.mini_batches`` mini-batches (:func:`loss_layout`: in order, or shuffled with ``seed`` under
+    ``mini_batch_order="shuffle"``), each into token-budget
+    micro-batches (:func:`plan_micro_batches`); this process's passes over them (``hooks``), gradients synchronised
+    on the last, one optimizer step per mini-batch.
+
+    Args:
+        model: the module the optimizer steps (train mode during the loop, eval after).
+        budget: tokens per micro-batch. step: the micro-batch's forward + backward (:data:`MicroStep`), called with
+            the loss divisors of its rows (:func:`loss_layout`: the mini-batch's token or sequence count, or the
+            reference's per-micro-batch counts times the accumulation steps) over the number of processes: a float
+            when all rows share one, else a (b,) float32 tensor. share_prompts: plan prompt-grouped micro-batches.
+        additive: metrics aggregated with the mini-batch divisor (summed over micro-batches, averaged over
+            mini-batches); the others are token-weighted means.
+        keep: (B,) bool, the samples whose forward/backward runs (the others still count in the divisor); None = all.
+
+    Returns:
+        the metrics (reduced over the processes) plus ``micro_batch_tokens``, ``grad_norm`` (mean pre-clip norm),
+        ``grad_norm_max``, ``steps``, ``skipped_steps`` and ``lr``.
+    """
     n = hooks.average_over
     rng = np.random.default_rng(seed)
     sums: dict[str, float] = defaultdict(float)
@@ -202,7 +271,6 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
     n_mb = 0
     norms: list[float] = []
     skipped = 0
-    skip_zero = settings.skip_zero_advantage and not loss_cfg.kl_coef and not loss_cfg.entropy_coef
     model.train()
     try:
         for _ in range(settings.ppo_epochs):
@@ -211,8 +279,8 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
                 mb = np.flatnonzero(layout.mini_batch == b)
                 if len(mb) == 0:
                     continue
-                if skip_zero:
-                    mb = mb[np.asarray(advantages)[mb] != 0]
+                if keep is not None:
+                    mb = mb[np.asarray(keep)[mb]]
                 mb_samples = [samples[i] for i in mb]
                 n_mb += 1
                 micros = plan_micro_batches(mb_samples, budget, share=share_prompts)
@@ -223,17 +291,12 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
                             hooks.idle_pass()
                             continue
                         micro = micros[k]
-                        batch = [mb_samples[i] for i in micro]
-                        adv = torch.as_tensor(advantages[mb[micro]], dtype=torch.float32)  # (b,)
                         rows = layout.denom[mb[micro]] / n  # (b,): a rank's gradients are averaged over n ranks
                         denom = float(rows[0]) if np.all(rows == rows[0]) else torch.as_tensor(rows, dtype=torch.float32)
-                        metrics, tokens = _micro_step(
-                            hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom,
-                            ref_model, fwd, autocast_dtype,
-                        )  # fmt: skip
+                        metrics, tokens = step([mb_samples[i] for i in micro], mb[micro], denom)
                     for key, v in metrics.items():
                         # aggregated with the mini-batch denominator: micro parts add up to the mini-batch value
-                        sums[key] += v / n if key in _ADDITIVE else v * tokens
+                        sums[key] += v / n if key in additive else v * tokens
                     weight += tokens
                 norm, stepped = opt.step()
                 norms.append(norm)
@@ -241,7 +304,7 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
     finally:
         model.eval()
     sums, weight = hooks.reduce(dict(sums), weight)
-    out = {k: v / n_mb if k in _ADDITIVE else v / max(weight, 1.0) for k, v in sums.items()}
+    out = {k: v / n_mb if k in additive else v / max(weight, 1.0) for k, v in sums.items()}
     finite = [x for x in norms if np.isfinite(x)]
     out.update(
         micro_batch_tokens=float(budget),
@@ -255,7 +318,8 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
 
 
 def _micro_step(forward, batch, adv, loss_cfg, pad_token_id, temperature, denom, ref_model, fwd, autocast_dtype):
-    """Forward + backward of one micro-batch; returns its metrics and real-token count."""
+    """Forward + backward of one micro-batch (``adv``: (b,) or (b, T') advantages); returns its metrics and
+    real-token count."""
     prompts = [s.prompt_ids for s in batch]
     responses = [s.response_ids for s in batch]
     device = next(forward.module.parameters()).device
@@ -265,6 +329,8 @@ def _micro_step(forward, batch, adv, loss_cfg, pad_token_id, temperature, denom,
             entropy_grad=bool(loss_cfg.entropy_coef), **fwd,
         )  # (b, T) each  # fmt: skip
         T = logprobs.shape[1]
+        if adv.dim() == 2:  # per-token advantages, padded to the batch's longest response: this micro-batch's T
+            adv = adv[:, :T]
         old = pad_right([s.old_logprobs for s in batch], T).to(logprobs.device)  # (b, T)
         mask = mask * pad_right([s.response_mask for s in batch], T).to(mask.device)  # (b, T): drop masked tokens
         ref = None

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from drmas_train.backends.base import TRUNCATION_MODES
 from drmas_train.errors import require
 
-__all__ = ["RolloutConfig"]
+__all__ = ["RolloutConfig", "FILTER_METRICS"]
+
+#: accepted ``rollout.filter_groups_metric`` values: the trajectory field whose spread a kept group needs
+#: (:mod:`drmas_train.collect.dynamic_sampling`). ``score``: the episode reward (the reference's ``score`` /
+#: ``seq_reward``); ``won``: success (its ``acc``).
+FILTER_METRICS = ("score", "won")
 
 
 @dataclass
@@ -30,6 +35,15 @@ class RolloutConfig:
     """prompt length limit per agent call, in tokens."""
     truncation: str = "left"
     """``left`` | ``middle`` | ``error`` (see :func:`drmas_train.backends.base.truncate_ids`)."""
+    filter_groups: bool = False
+    """DAPO's dynamic sampling: keep drawing batches of ``batch_size`` tasks until ``batch_size`` prompt groups whose
+    rollouts differ in ``filter_groups_metric`` are kept (:mod:`drmas_train.collect.dynamic_sampling`; the
+    reference's ``algorithm.filter_groups.enable``, off by default)."""
+    filter_groups_metric: str = "score"
+    """``score`` (the episode reward) | ``won``: what the rollouts of a kept group must differ in."""
+    filter_groups_max_batches: int = 10
+    """the most batches drawn per iteration (the reference's ``max_num_gen_batches`` default); at the bound the
+    iteration trains on the groups it has, with a warning."""
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``rollout.<field>``), the bad value and what is accepted."""
@@ -42,3 +56,8 @@ class RolloutConfig:
         require(self.truncation in TRUNCATION_MODES,
                 f"rollout.truncation={self.truncation!r}; accepted: {', '.join(TRUNCATION_MODES)}")  # fmt: skip
         require(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        require(self.filter_groups_metric in FILTER_METRICS,
+                f"rollout.filter_groups_metric={self.filter_groups_metric!r}; accepted: {', '.join(FILTER_METRICS)}")  # fmt: skip
+        require(self.filter_groups_max_batches >= 1,
+                f"rollout.filter_groups_max_batches must be >= 1 (a bound on the rollouts per iteration), got "
+                f"{self.filter_groups_max_batches}")  # fmt: skip

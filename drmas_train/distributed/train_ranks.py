@@ -35,6 +35,7 @@ class TrainRanks:
         loader: ``(spec, model_id) -> LoadedModel`` importable by the workers (None: ``load_model``).
         optim_kwargs: :func:`~drmas_train.algorithm.optim.build_optimizer` arguments. kl: keep a frozen reference.
         strategy: ``auto`` | ``fsdp2`` | ``ddp``. threads: torch threads per rank.
+        critics: ``critic_id -> optimizer arguments`` of the PPO critics that live on these ranks (None: none).
 
     Raises:
         DistributedError: a rank failed to start (its error chained).
@@ -42,13 +43,14 @@ class TrainRanks:
 
     def __init__(self, model_id: str, spec: Any, pool: ResourcePool, bundles: Sequence[int], *, share: int = 2,
                  loader: Callable | None = None, optim_kwargs: dict[str, Any] | None = None, kl: bool = False,
-                 strategy: str = "auto", threads: int = 1) -> None:  # fmt: skip
+                 strategy: str = "auto", threads: int = 1, critics: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
         self.model_id, self.world_size = model_id, len(bundles)
+        self.critic_ids = list(critics or {})
         actor = ray.remote(TrainWorker)
         self.actors = [
             actor.options(max_restarts=0, **pool.actor_options(b, share)).remote(
                 spec, model_id, rank, self.world_size, loader=loader, optim_kwargs=optim_kwargs, kl=kl,
-                strategy=strategy, threads=threads, use_gpu=pool.gpus > 0)
+                strategy=strategy, threads=threads, use_gpu=pool.gpus > 0, critics=critics)
             for rank, b in enumerate(bundles)
         ]  # fmt: skip
         try:
@@ -83,6 +85,45 @@ class TrainRanks:
         outs = self._get(refs, "the update")
         peak = max(float(o.pop("peak_rss_mb", 0.0)) for o in outs)
         return {**outs[0], "rank_peak_rss_mb": peak}
+
+    def kl_logprobs(self, samples: Sequence[Any], settings: UpdateSettings) -> tuple[list[list[float]], list[list[float]]]:
+        """π_old's and π_ref's log-probs of every response token (:meth:`TrainWorker.kl_logprobs`, rank 0's)."""
+        ref = ray.put(list(samples))
+        return self._get([t.kl_logprobs.remote(ref, settings) for t in self.actors], "the KL log-probs")[0]
+
+    def critic_values(self, critic_id: str, samples: Sequence[Any], settings: UpdateSettings) -> list[np.ndarray]:
+        """``V_t`` of every response token under critic ``critic_id`` (rank 0's; every rank computes the same)."""
+        ref = ray.put(list(samples))
+        return self._get([t.critic_values.remote(critic_id, ref, settings) for t in self.actors], "the critic values")[0]
+
+    def update_critic(self, critic_id: str, samples: Sequence[Any], old_values: np.ndarray, returns: np.ndarray,
+                      seed: int, settings: UpdateSettings) -> dict[str, float]:  # fmt: skip
+        """Critic ``critic_id``'s update on every rank; rank 0's metrics (reduced over ranks, identical on each).
+
+        Raises:
+            DistributedError: a training rank died.
+        """
+        refs = [ray.put(x) for x in (list(samples), np.asarray(old_values), np.asarray(returns))]
+        return self._get([t.update_critic.remote(critic_id, *refs, seed, settings) for t in self.actors],
+                         "the critic update")[0]  # fmt: skip
+
+    def save_critics(self, folder: str | Path) -> None:
+        """Sharded checkpoint of every critic of these ranks under ``folder/<critic_id>/sharded``."""
+        for cid in self.critic_ids:
+            self._get([t.save_critic.remote(cid, str(Path(folder) / cid / "sharded")) for t in self.actors],
+                      "the critic checkpoint save")  # fmt: skip
+
+    def load_critics(self, folder: str | Path) -> None:
+        """Inverse of :meth:`save_critics`.
+
+        Raises:
+            FileNotFoundError: a critic's checkpoint is missing.
+        """
+        for cid in self.critic_ids:
+            path = Path(folder) / cid / "sharded"
+            if not path.is_dir():
+                raise FileNotFoundError(f"checkpoint has no critic {cid!r} ({path}): it was written by a run without it")
+            self._get([t.load_critic.remote(cid, str(path)) for t in self.actors], "the critic checkpoint load")
 
     def gather_weights(self) -> Any:
         """Collective: rank 0's full state dict put in Ray's object store; returns its ObjectRef (the driver never

@@ -19,18 +19,23 @@ Its part of a checkpoint (the run writes the atomic directory, ``drmas_train.run
                             drmas eval --model loads it
     sharded/<model_id>/     torch.distributed.checkpoint of every rank's model + optimizer shard, and the
                             LR schedule (what --resume restores)
+    critics/<critic_id>/sharded/   the same for each PPO critic (``algorithm.estimator: gae``)
     trainer_state.pt, config.yaml   (the run's own part)
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import ray
 
-from drmas_train.algorithm.config import OptimConfig
+from drmas_train.algorithm.config import CriticConfig, OptimConfig
+from drmas_train.algorithm.critic import critic_models, critic_of
+from drmas_train.algorithm.gae import pad_rows
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.distributed.backend import RayBackend
 from drmas_train.distributed.cluster import init_ray
@@ -84,13 +89,18 @@ class RayUpdater:
         settings: the run's update settings. dist: the ``distributed`` section. pool: the driver's
         :class:`~drmas_train.model.assignment.ModelPool` (trainable models on the ``meta`` device: tokenizer and
         config only). groups: ``model_id -> WorkerGroup``. resources: the pool. owns_ray: shut Ray down in
-        :meth:`close` (it was started here).
+        :meth:`close` (it was started here). critic_keys: ``agent_id -> critic_id`` of PPO's critics, which live
+        on the training ranks of their agent's model (none by default).
     """
 
     def __init__(self, settings: UpdateSettings, dist: DistributedConfig, pool: Any, groups: dict[str, WorkerGroup],
                  resources: ResourcePool | None, *, owns_ray: bool = False,
-                 group_args: dict[str, tuple[tuple, dict]] | None = None) -> None:  # fmt: skip
+                 group_args: dict[str, tuple[tuple, dict]] | None = None,
+                 critic_keys: dict[str, str] | None = None) -> None:  # fmt: skip
         self.settings, self.dist, self.pool, self.groups, self.resources = settings, dist, pool, groups, resources
+        self.critic_keys = dict(critic_keys or {})
+        #: critic_id -> the model whose ranks hold it
+        self.critic_groups = critic_models(self.critic_keys, {a: pool.model_of(a) for a in self.critic_keys})
         self.owns_ray = owns_ray
         self.group_args = dict(group_args or {})  # model_id -> WorkerGroup (args, kwargs), to rebuild a group
         self.training_restarts = 0  # training groups rebuilt from a checkpoint (at most distributed.max_restarts)
@@ -100,7 +110,8 @@ class RayUpdater:
     @classmethod
     def build(cls, settings: UpdateSettings, dist: DistributedConfig, optim: OptimConfig, pool: Any,
               model_ids: list[str], *, seed: int, max_model_len: int, loader: Any = None,
-              backend_kwargs: dict[str, Any] | None = None) -> RayUpdater:  # fmt: skip
+              backend_kwargs: dict[str, Any] | None = None, keep_reference: bool = False,
+              critic: CriticConfig | None = None, critic_keys: dict[str, str] | None = None) -> RayUpdater:  # fmt: skip
         """Start the worker groups of ``model_ids`` and route their generation through them.
 
         Args:
@@ -109,6 +120,9 @@ class RayUpdater:
             pool: the driver's model pool. model_ids: the trainable models. seed: the run's seed.
             max_model_len: prompt + response token limit of one call (vLLM engines).
             loader, backend_kwargs: passed to the workers (tests inject tiny models).
+            keep_reference: keep a frozen reference on the ranks even without a KL loss (the KL in the reward).
+            critic: the ``critic`` section when the run has critics (PPO with a critic), else None.
+            critic_keys: ``agent_id -> critic_id`` (:func:`drmas_train.algorithm.critic.critic_keys`).
 
         Raises:
             ConfigError: the cluster cannot hold the requested world sizes.
@@ -139,16 +153,22 @@ class RayUpdater:
         vllm_kwargs = None
         if d.generation_engine == "vllm":
             vllm_kwargs = vllm_engine_kwargs(d, len(model_ids), seed=seed, max_model_len=max_model_len)
+        keys = dict(critic_keys or {}) if critic is not None else {}
+        homes = critic_models(keys, {a: pool.model_of(a) for a in keys})  # critic_id -> model_id
+        critic_optim = {} if critic is None else {"lr": critic.lr, "weight_decay": critic.weight_decay,
+                                                  "betas": optim.betas, "warmup_steps": critic.warmup_steps,
+                                                  "grad_clip": critic.grad_clip}  # fmt: skip
         try:
             for mid in model_ids:
                 spec = pool.models[mid].spec
                 optim_kwargs = {"lr": spec.optimizer.get("lr", optim.lr), "weight_decay": spec.optimizer.get("weight_decay", optim.weight_decay),
                                 "betas": optim.betas, "warmup_steps": optim.warmup_steps, "grad_clip": optim.grad_clip}  # fmt: skip
                 group_args[mid] = ((mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate)), dict(
-                    share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(settings.loss.kl_coef),
+                    share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(settings.loss.kl_coef) or keep_reference,
                     strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
                     engine=d.generation_engine, engine_kwargs=vllm_kwargs, sleep_level=d.vllm_sleep_level,
                     vllm_allow_cpu=d.vllm_allow_cpu, vllm_python=d.vllm_python,
+                    critics={cid: critic_optim for cid, home in homes.items() if home == mid},
                 ))  # fmt: skip
                 groups[mid] = WorkerGroup(*group_args[mid][0], **group_args[mid][1])
                 pool.backends[mid] = RayBackend(groups[mid], pool.models[mid].tokenizer,
@@ -157,7 +177,7 @@ class RayUpdater:
         except BaseException:
             cls(settings, d, pool, groups, rpool, owns_ray=owns).close()
             raise
-        return cls(settings, d, pool, groups, rpool, owns_ray=owns, group_args=group_args)
+        return cls(settings, d, pool, groups, rpool, owns_ray=owns, group_args=group_args, critic_keys=keys)
 
     @property
     def model_ids(self) -> list[str]:
@@ -212,6 +232,75 @@ class RayUpdater:
             self._reissued[model_id] = engines.reissued_calls
         return metrics
 
+    def critic_values(self, samples: list[Any]) -> list[np.ndarray]:
+        """``V_t`` of every response token of every sample under its agent's critic, computed on the ranks of the
+        critic's model (an empty array for an agent without a critic); as ``LocalUpdater.critic_values``.
+
+        Raises:
+            DistributedError: a training rank died.
+        """
+        out = [np.zeros(0)] * len(samples)
+        for critic_id, idx in critic_of(self.critic_keys, samples).items():
+            with self._on_ranks(self.critic_groups[critic_id]) as group:
+                values = group.critic_values(critic_id, [samples[i] for i in idx], self.settings)
+            for i, v in zip(idx, values, strict=True):
+                out[i] = v
+        return out
+
+    def kl_logprobs(self, samples: list[Any]) -> tuple[list[list[float]], list[list[float]]]:
+        """π_old's and π_ref's log-probs of every response token, computed on each model's ranks (frozen models:
+        the samples' own for both); as ``LocalUpdater.kl_logprobs``.
+
+        Raises:
+            DistributedError: a training rank died.
+        """
+        logprobs = [list(s.old_logprobs) for s in samples]
+        ref = [list(s.old_logprobs) for s in samples]
+        for model_id in self.groups:
+            idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
+            if idx:
+                with self._on_ranks(model_id) as group:
+                    lp, rp = group.kl_logprobs([samples[i] for i in idx], self.settings)
+                for i, a, b in zip(idx, lp, rp, strict=True):
+                    logprobs[i], ref[i] = a, b
+        return logprobs, ref
+
+    def update_critics(self, samples: list[Any], old_values: list[np.ndarray], returns: list[np.ndarray],
+                       seed: int) -> dict[str, float]:  # fmt: skip
+        """One update of every critic on the ranks of its model, after every vLLM engine went to sleep (they wake
+        with the weight push after the policy update, or :meth:`resume_generation`); as
+        ``LocalUpdater.update_critics``.
+
+        Raises:
+            DistributedError: a training rank died.
+        """
+        for group in self.groups.values():  # shared GPUs: no engine holds memory while a critic trains
+            group.engines.sleep()
+        metrics = {}
+        for critic_id, idx in critic_of(self.critic_keys, samples).items():
+            old, _ = pad_rows([old_values[i] for i in idx])
+            ret, _ = pad_rows([returns[i] for i in idx], old.shape[1])
+            with self._on_ranks(self.critic_groups[critic_id]) as group:
+                out = group.update_critic(critic_id, [samples[i] for i in idx], old, ret, seed, self.settings)
+            metrics.update({f"critic/{critic_id}/{k}": v for k, v in out.items()})
+        return metrics
+
+    def resume_generation(self) -> None:
+        """After an iteration without a policy update (the critic's warm-up): wake the vLLM engines that
+        :meth:`update_critics` put to sleep by pushing them the unchanged weights (HF engines never sleep)."""
+        if self.dist.generation_engine == "vllm":
+            for group in self.groups.values():
+                group.publish()
+
+    @contextlib.contextmanager
+    def _on_ranks(self, model_id: str) -> Iterator[WorkerGroup]:
+        """The group of ``model_id``; remembered as the failed one (for :meth:`recover`) if its ranks die inside."""
+        try:
+            yield self.groups[model_id]
+        except DistributedError:
+            self._failed = model_id
+            raise
+
     def _finish(self, model_id: str, refs: list[Any] | None, *, publish: bool = True) -> dict[str, float]:
         """Wait for a group's update (``refs``; None: none) and push its weights (``publish``, always with None)."""
         group = self.groups[model_id]
@@ -234,6 +323,7 @@ class RayUpdater:
         for mid, group in self.groups.items():
             group.save(Path(folder) / "sharded" / mid)
             group.save_hf(Path(folder) / "models" / mid)
+            group.save_critics(Path(folder) / "critics")
 
     def read_state(self, folder: Path) -> None:
         """Restore every group from ``folder/sharded/<model_id>`` and push the weights to its engines.
@@ -248,6 +338,7 @@ class RayUpdater:
                                         "distributed.enabled=true; resume it without distributed")  # fmt: skip
         for mid, group in self.groups.items():
             group.load(folder / "sharded" / mid)
+            group.load_critics(folder / "critics")
 
     def recover(self, err: DistributedError, checkpoint: Path | None) -> None:
         """After a training rank died in :meth:`update`: rebuild that model's group on its bundles and restore every

@@ -36,6 +36,7 @@ class WorkerGroup:
         loader: ``(spec, model_id) -> LoadedModel`` importable by the workers (None: ``load_model``).
         optim_kwargs: :func:`~drmas_train.algorithm.optim.build_optimizer` arguments. kl: keep a frozen reference.
         strategy: ``auto`` | ``fsdp2`` | ``ddp``. threads: torch threads per worker.
+        critics: ``critic_id -> optimizer arguments`` of the PPO critics on the training ranks (None: none).
         engines: keyword arguments of :class:`GenerationEngines` (``engine``, ``engine_kwargs``, ``sleep_level``,
             ``max_restarts``, ``backend_kwargs``, ``vllm_allow_cpu``, ``vllm_python``).
 
@@ -46,13 +47,14 @@ class WorkerGroup:
 
     def __init__(self, model_id: str, spec: Any, pool: ResourcePool, bundles: Sequence[int], *, share: int = 2,
                  loader: Callable | None = None, optim_kwargs: dict[str, Any] | None = None, kl: bool = False,
-                 strategy: str = "auto", threads: int = 1, **engines: Any) -> None:  # fmt: skip
+                 strategy: str = "auto", threads: int = 1, critics: dict[str, dict[str, Any]] | None = None,
+                 **engines: Any) -> None:  # fmt: skip
         self.model_id, self.world_size = model_id, len(bundles)
         self.engines = GenerationEngines(model_id, spec, pool, bundles, share=share, loader=loader, threads=threads,
                                          **engines)  # fmt: skip
         try:
             self.ranks = TrainRanks(model_id, spec, pool, bundles, share=share, loader=loader, optim_kwargs=optim_kwargs,
-                                    kl=kl, strategy=strategy, threads=threads)  # fmt: skip
+                                    kl=kl, strategy=strategy, threads=threads, critics=critics)  # fmt: skip
         except BaseException:
             self.engines.close()
             raise
@@ -82,6 +84,21 @@ class WorkerGroup:
         """PPO update on every rank, then :meth:`publish`. Returns the metrics (reduced over ranks)."""
         return self.finish_update(self.start_update(samples, advantages, seed, settings))
 
+    def kl_logprobs(self, samples: Sequence[Any], settings: UpdateSettings) -> tuple[list[list[float]], list[list[float]]]:
+        """π_old's and π_ref's per-token log-probs on the ranks (:meth:`TrainRanks.kl_logprobs`)."""
+        return self.ranks.kl_logprobs(samples, settings)
+
+    def critic_values(self, critic_id: str, samples: Sequence[Any], settings: UpdateSettings) -> list[np.ndarray]:
+        """``V_t`` of every response token under a critic of these ranks (:meth:`TrainRanks.critic_values`)."""
+        return self.ranks.critic_values(critic_id, samples, settings)
+
+    def update_critic(self, critic_id: str, samples: Sequence[Any], old_values: np.ndarray, returns: np.ndarray,
+                      seed: int, settings: UpdateSettings) -> dict[str, float]:  # fmt: skip
+        """Put the vLLM engines to sleep, then update critic ``critic_id`` on the ranks (the engines wake with the
+        next :meth:`publish`)."""
+        self.engines.sleep()
+        return self.ranks.update_critic(critic_id, samples, old_values, returns, seed, settings)
+
     def publish(self) -> None:
         """Push the ranks' current weights to every engine (in memory) as the next version."""
         self.version += 1
@@ -107,6 +124,14 @@ class WorkerGroup:
         """Inverse of :meth:`save`, then :meth:`publish`."""
         self.ranks.load(path)
         self.publish()
+
+    def save_critics(self, folder: str | Path) -> None:
+        """The critics' sharded checkpoints under ``folder/<critic_id>/sharded`` (:meth:`TrainRanks.save_critics`)."""
+        self.ranks.save_critics(folder)
+
+    def load_critics(self, folder: str | Path) -> None:
+        """Inverse of :meth:`save_critics`."""
+        self.ranks.load_critics(folder)
 
     def close(self) -> None:
         """Kill the group's actors (idempotent)."""

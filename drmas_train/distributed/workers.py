@@ -2,7 +2,9 @@
 worker group turns them into actors with ``ray.remote``).
 
 * :class:`TrainWorker` — one rank of the model's ``torch.distributed`` process group (gloo on CPU, NCCL on GPU):
-  its FSDP2 shard (or DDP replica) of the model, its AdamW, and a frozen reference when the KL term is on.
+  its FSDP2 shard (or DDP replica) of the model, its AdamW, a frozen reference when a KL term is on, and PPO's
+  critics of the model's agents (each a :class:`~drmas_train.model.value_model.ValueModel` sharded or replicated
+  over the same ranks, with its own AdamW).
 * :class:`GenerationWorker` — the HF engine (:class:`drmas_train.backends.hf.HFBackend`) over a full copy of the
   weights. After every update the group pushes rank 0's full state dict to it through Ray's shared-memory
   object store (never through files), tagged with a version; a call that expects another version (a worker
@@ -24,7 +26,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
+from drmas_train.algorithm.critic import critic_values, value_update
+from drmas_train.algorithm.old_logprobs import old_logprobs_for_update, recompute_old_logprobs
 from drmas_train.algorithm.optim import build_optimizer
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
@@ -38,6 +41,7 @@ from drmas_train.distributed.data_parallel import (
     wrap_model,
 )
 from drmas_train.model.models import load_model
+from drmas_train.model.value_model import ValueModel
 
 __all__ = ["TrainWorker", "GenerationWorker", "StaleWeightsError", "worker_device", "peak_rss_mb"]
 
@@ -71,20 +75,24 @@ class TrainWorker:
         loader: ``(spec, model_id) -> LoadedModel`` (None: :func:`drmas_train.model.models.load_model`); must be
             importable by the worker (a module-level function).
         optim_kwargs: :func:`drmas_train.algorithm.optim.build_optimizer` keyword arguments.
-        kl: keep a frozen reference copy (``algorithm.kl_coef > 0``).
+        kl: keep a frozen reference copy (``algorithm.kl_coef > 0`` or ``algorithm.reward_kl_coef > 0``).
         strategy: ``auto`` | ``fsdp2`` | ``ddp`` (:func:`~drmas_train.distributed.data_parallel.resolve_strategy`).
         threads: torch CPU threads. use_gpu: train on the bundle's GPU (NCCL) instead of the CPU (gloo).
+        critics: ``critic_id -> build_optimizer keyword arguments`` of the critics this model's agents use (PPO
+            with a critic); each starts from the model's loaded weights, its head seeded with ``spec.seed``.
     """
 
     def __init__(self, spec: Any, model_id: str, rank: int, world_size: int, *, loader: Callable | None = None,
                  optim_kwargs: dict[str, Any] | None = None, kl: bool = False, strategy: str = "auto",
-                 threads: int = 1, use_gpu: bool = False) -> None:  # fmt: skip
+                 threads: int = 1, use_gpu: bool = False, critics: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
         torch.set_num_threads(max(int(threads), 1))
         self.spec, self.model_id, self.rank, self.world_size = spec, model_id, rank, world_size
         self.loader, self.optim_kwargs, self.kl = loader, dict(optim_kwargs or {}), kl
+        self.critic_kwargs = dict(critics or {})
         self.device = worker_device(use_gpu)
         self.strategy = resolve_strategy(strategy, self.device.type)
         self.model = self.opt = self.ref = self.tokenizer = None
+        self.critics: dict[str, tuple[Any, Any]] = {}  # critic_id -> (wrapped ValueModel, ModelOptimizer)
 
     def address(self) -> tuple[str, int]:
         """(node ip, port) of the process group's rendezvous, asked of rank 0: it opens the group's TCP store on a
@@ -105,6 +113,9 @@ class TrainWorker:
         self.tokenizer = loaded.tokenizer
         if self.kl:
             self.ref = copy.deepcopy(loaded.model).to(self.device).eval().requires_grad_(False)
+        for critic_id, kwargs in self.critic_kwargs.items():  # from the loaded weights, before the model is wrapped
+            critic = wrap_model(ValueModel.from_causal_lm(loaded.model, seed=self.spec.seed), self.strategy, self.device)
+            self.critics[critic_id] = (critic, build_optimizer(f"critic/{critic_id}", critic, **kwargs))
         self.model = wrap_model(loaded.model, self.strategy, self.device)
         self.opt = build_optimizer(self.model_id, self.model, **self.optim_kwargs)
         return self.strategy
@@ -122,6 +133,47 @@ class TrainWorker:
         out = ppo_update(self.model, self.opt, samples, advantages, settings, pad_token_id=pad, ref_model=self.ref,
                          seed=seed, hooks=hooks)  # fmt: skip
         return {**drift, **out, "peak_rss_mb": peak_rss_mb()}
+
+    def kl_logprobs(self, samples: Sequence[Any], settings: UpdateSettings) -> tuple[list[list[float]], list[list[float]]]:
+        """Collective: π_old's (recomputed with the training model when ``settings.recompute_old_logprobs``, on every
+        rank as the update does) and the frozen reference's log-probs of every response token, for the KL in the
+        reward; the reference's forward runs on rank 0 only (its copy is not sharded), the others return ``[]``."""
+        pad = self.tokenizer.pad_token_id
+        if settings.recompute_old_logprobs:
+            settings = rank_settings(self.model, settings)
+            hooks = rank_hooks(self.model, rank=self.rank, world_size=self.world_size, pad_token_id=pad)
+            samples, _ = recompute_old_logprobs(hooks.forward, samples, settings, pad_token_id=pad,
+                                                agree_budget=hooks.agree_budget)  # fmt: skip
+        if self.rank != 0:
+            return [], []
+        ref, _ = recompute_old_logprobs(self.ref, samples, settings, pad_token_id=pad)
+        return [list(s.old_logprobs) for s in samples], [list(s.old_logprobs) for s in ref]
+
+    def critic_values(self, critic_id: str, samples: Sequence[Any], settings: UpdateSettings) -> list[np.ndarray]:
+        """Collective: ``V_t`` of every response token under critic ``critic_id``
+        (:func:`~drmas_train.algorithm.critic.critic_values`, every rank the same forwards)."""
+        critic, _ = self.critics[critic_id]
+        hooks = rank_hooks(critic, rank=self.rank, world_size=self.world_size, pad_token_id=self.tokenizer.pad_token_id)
+        return critic_values(hooks.forward, samples, rank_settings(critic, settings), pad_token_id=self.tokenizer.pad_token_id,
+                             agree_budget=hooks.agree_budget)  # fmt: skip
+
+    def update_critic(self, critic_id: str, samples: Sequence[Any], old_values: np.ndarray, returns: np.ndarray,
+                      seed: int, settings: UpdateSettings) -> dict[str, float]:  # fmt: skip
+        """This rank's part of critic ``critic_id``'s update (:func:`~drmas_train.algorithm.critic.value_update` with
+        the rank's :func:`~drmas_train.distributed.data_parallel.rank_hooks`, as the policy's update)."""
+        critic, opt = self.critics[critic_id]
+        pad = self.tokenizer.pad_token_id
+        hooks = rank_hooks(critic, rank=self.rank, world_size=self.world_size, pad_token_id=pad)
+        return value_update(critic, opt, samples, old_values, returns, rank_settings(critic, settings), pad_token_id=pad,
+                            seed=seed, hooks=hooks)  # fmt: skip
+
+    def save_critic(self, critic_id: str, path: str) -> None:
+        """Collective: sharded checkpoint of a critic and its optimizer (as :meth:`save`)."""
+        save_sharded(*self.critics[critic_id], path)
+
+    def load_critic(self, critic_id: str, path: str) -> None:
+        """Collective: inverse of :meth:`save_critic`."""
+        load_sharded(*self.critics[critic_id], path)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Collective: the full (unsharded) CPU state dict on rank 0, ``{}`` on the other ranks."""

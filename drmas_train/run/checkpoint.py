@@ -8,6 +8,8 @@ The run owns the checkpoint directory; the updater that trains the models writes
     optim/<model_id>.pt     ModelOptimizer.state_dict(): AdamW + LR scheduler + skipped-step counter
                             (these two from the single-process updater, :func:`save_model_states`; the Ray updater
                             writes models/ from rank 0 and sharded/<model_id>/ from every rank instead)
+    critics/<critic_id>/    PPO's critics (``algorithm.estimator: gae``): value_model.safetensors + optim.pt
+                            (:func:`save_critic_states`), or sharded/ from every rank on the Ray path
     trainer_state.pt        {"iteration", "sampler", "rng": {python, numpy, torch, cuda}, "extra"}
     config.yaml             the resolved TrainConfig
 
@@ -43,6 +45,8 @@ __all__ = [
     "load_checkpoint",
     "save_model_states",
     "load_model_states",
+    "save_critic_states",
+    "load_critic_states",
     "latest_checkpoint",
     "checkpoint_iteration",
     "remove_partial_checkpoints",
@@ -112,6 +116,37 @@ def load_model_states(folder: str | Path, models: dict[str, Any], optimizers: di
         if not file.is_file():
             raise FileNotFoundError(f"checkpoint {folder} has no optimizer state for model {model_id!r}")
         opt.load_state_dict(torch.load(file, weights_only=True))
+
+
+def save_critic_states(folder: str | Path, critics: dict[str, tuple[Any, Any]]) -> None:
+    """Write ``critics/<critic_id>/value_model.safetensors`` and ``critics/<critic_id>/optim.pt`` into ``folder``.
+
+    Args:
+        critics: ``critic_id -> (ValueModel, ModelOptimizer)``.
+    """
+    from drmas_train.model.value_model import save_value_model
+
+    for critic_id, (model, opt) in critics.items():
+        save_value_model(model, Path(folder) / "critics" / critic_id)
+        torch.save(opt.state_dict(), Path(folder) / "critics" / critic_id / "optim.pt")
+
+
+def load_critic_states(folder: str | Path, critics: dict[str, tuple[Any, Any]]) -> None:
+    """Inverse of :func:`save_critic_states`: weights and optimizer states restored in place.
+
+    Raises:
+        FileNotFoundError: a critic of this run is absent from the checkpoint (e.g. one written by a run without a
+            critic).
+    """
+    from drmas_train.model.value_model import load_value_model
+
+    for critic_id, (model, opt) in critics.items():
+        where = Path(folder) / "critics" / critic_id
+        if not (where / "optim.pt").is_file():
+            raise FileNotFoundError(f"checkpoint {folder} has no critic {critic_id!r} (critics/{critic_id}/): it was "
+                                    "written by a run without it")  # fmt: skip
+        load_value_model(model, where)
+        opt.load_state_dict(torch.load(where / "optim.pt", weights_only=True))
 
 
 def save_checkpoint(

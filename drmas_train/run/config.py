@@ -3,7 +3,7 @@ dotted overrides, and the checks that span sections.
 
 Each stage owns its section and its defaults (one default per setting, in one place): ``models`` ->
 :class:`drmas_train.model.config.ModelConfig`, ``rollout`` -> :class:`drmas_train.collect.config.RolloutConfig`,
-``algorithm`` / ``optim`` -> :mod:`drmas_train.algorithm.config`, ``eval`` ->
+``algorithm`` / ``optim`` / ``critic`` -> :mod:`drmas_train.algorithm.config`, ``eval`` ->
 :class:`drmas_train.eval.config.ValidationConfig`, ``distributed`` -> :class:`drmas_train.distributed.config.DistributedConfig`;
 ``env`` and ``run`` live here. They are re-exported from this module. A preset in ``drmas_train/configs/``
 overrides only what differs; a preset may start with ``extends: <other preset>`` (only the estimator differs
@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from drmas_train.algorithm.config import AlgorithmConfig, OptimConfig
+from drmas_train.algorithm.config import AlgorithmConfig, CriticConfig, OptimConfig
 from drmas_train.backends.base import LOCAL_BACKENDS
 from drmas_train.collect.config import RolloutConfig
 from drmas_train.distributed.config import DistributedConfig
@@ -43,6 +43,7 @@ __all__ = [
     "RolloutConfig",
     "AlgorithmConfig",
     "OptimConfig",
+    "CriticConfig",
     "ValidationConfig",
     "RunConfig",
     "DistributedConfig",
@@ -118,6 +119,8 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """PPO's critic (used by ``algorithm.estimator: gae``)."""
     eval: ValidationConfig = field(default_factory=ValidationConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
@@ -243,7 +246,12 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     """
     cfg.algorithm.validate()
     cfg.optim.validate()
+    cfg.critic.validate()
     cfg.rollout.validate()
+    require(cfg.algorithm.overlong_buffer <= cfg.rollout.max_new_tokens,
+            f"algorithm.overlong_buffer={cfg.algorithm.overlong_buffer} exceeds rollout.max_new_tokens="
+            f"{cfg.rollout.max_new_tokens}: the penalty zone is the last overlong_buffer tokens before the limit; "
+            f"accepted: 0 (off) to {cfg.rollout.max_new_tokens}")  # fmt: skip
     cfg.eval.validate()
     cfg.distributed.validate(list(cfg.models))
     require(cfg.run.num_threads >= 0, f"run.num_threads must be >= 0 (0 = all available cores), got {cfg.run.num_threads}")

@@ -26,7 +26,8 @@ def batch_metrics(samples: Sequence[Sample], advantages: np.ndarray) -> dict[str
     """Per-agent and batch statistics of one iteration's samples.
 
     Args:
-        samples: (B,) the iteration's agent calls. advantages: (B,) their advantages.
+        samples: (B,) the iteration's agent calls. advantages: (B,) their advantages, or (B, T) per token (GAE):
+            then ``adv/<a>/{mean,std}`` are taken over the agent's response tokens.
 
     Returns:
         ``rollout/{samples,trajectories,groups,accuracy,score_mean}``; per agent ``reward/<a>/{mean,std}``,
@@ -54,8 +55,10 @@ def batch_metrics(samples: Sequence[Sample], advantages: np.ndarray) -> dict[str
         out[f"reward/{agent}/valid_action_ratio"] = float(np.mean([s.is_action_valid for s in sub]))
         out[f"reward/{agent}/response_length"] = float(np.mean([len(s.response_ids) for s in sub]))
         out[f"reward/{agent}/calls_per_traj"] = len(sub) / max(len({s.traj_uid for s in sub}), 1)
-        out[f"adv/{agent}/mean"] = float(adv[sel].mean())
-        out[f"adv/{agent}/std"] = float(adv[sel].std())
+        values = adv[sel] if adv.ndim == 1 else np.concatenate([adv[i, : len(s.response_ids)] for i, s in
+                                                                 enumerate(samples) if s.agent_id == agent])  # fmt: skip
+        out[f"adv/{agent}/mean"] = float(values.mean()) if values.size else 0.0
+        out[f"adv/{agent}/std"] = float(values.std()) if values.size else 0.0
         groups = group_index([s.uid for s in sub])
         _, _, std = group_stats(rewards[sel], groups, unbiased=False)
         out[f"adv/{agent}/zero_std_group_share"] = float(np.mean(std == 0.0))

@@ -36,12 +36,13 @@ class RunState:
     val_tasks: Any  # validation TaskSource or None
     pool: Any  # ModelPool
     optimizers: dict[str, Any]  # model_id -> ModelOptimizer (trainable models only)
-    ref_models: dict[str, Any]  # model_id -> frozen reference (only when kl_coef > 0)
+    ref_models: dict[str, Any]  # model_id -> frozen reference (only when kl_coef > 0 or reward_kl_coef > 0)
     sampler: Any  # TaskSampler
     logger: Any  # MetricsLogger
     start_iteration: int = 0
     updater: Any = None  # LocalUpdater (default) or distributed RayUpdater (run/updater.py lists the seam)
     elapsed_before: float = 0.0  # seconds the earlier processes of this run spent (from the checkpoint resumed)
+    kl_control: Any = None  # the KL-in-reward coefficient's controller (algorithm.reward_kl_coef > 0), else None
     started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
 
     def elapsed(self) -> float:
@@ -88,7 +89,10 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         RunFinished: ``resume`` of a run whose latest checkpoint reached ``run.iterations`` (nothing loaded or written).
     """
     import drmas_envs
+    from drmas_train.algorithm.advantages import needs_critic
+    from drmas_train.algorithm.critic import build_critic, critic_keys, critic_models
     from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.algorithm.reward_shaping import make_kl_controller
     from drmas_train.algorithm.settings import UpdateSettings
     from drmas_train.backends.factory import build_models, make_backend
     from drmas_train.collect.task_sampler import TaskSampler
@@ -153,19 +157,22 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     except ModelNotFoundError as err:  # a user mistake in models.<key>.name_or_path: exit 2, nothing written
         raise ConfigError(f"models: {err}") from None
     optimizers, ref_models = {}, {}
-    settings = UpdateSettings.from_config(cfg.algorithm, cfg.optim, temperature=cfg.rollout.temperature)  # built once
+    a = cfg.algorithm
+    settings = UpdateSettings.from_config(a, cfg.optim, temperature=cfg.rollout.temperature, critic=cfg.critic)  # once
+    trainable = [mid for mid, loaded in pool.models.items() if loaded.spec.trainable]
+    keys = critic_keys(cfg.agents, trainable, cfg.critic.per) if needs_critic(a.estimator) else {}  # agent -> critic
     if cfg.distributed.enabled:  # the trainable models train and sample on Ray worker groups
         try:
             from drmas_train.distributed.updater import RayUpdater
         except ImportError as err:
             raise DistributedError(f"distributed.enabled needs Ray: pip install 'drmas[train]' ({err})") from err
 
-        trainable = [mid for mid, loaded in pool.models.items() if loaded.spec.trainable]
         if not trainable:
             raise ConfigError("no trainable model: set trainable: true on at least one model")
         updater: Any = RayUpdater.build(
             settings, cfg.distributed, cfg.optim, pool, trainable, seed=cfg.seed,
             max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens,
+            keep_reference=bool(a.reward_kl_coef), critic=cfg.critic if keys else None, critic_keys=keys,
             **({"loader": loader} if loader is not None else {}),
         )  # fmt: skip
     else:
@@ -178,13 +185,19 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
                 weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
                 warmup_steps=o.warmup_steps, grad_clip=o.grad_clip,
             )  # fmt: skip
-            if cfg.algorithm.kl_coef:
+            if a.kl_coef or a.reward_kl_coef:
                 import copy
 
                 ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
         if not optimizers:
             raise ConfigError("no trainable model: set trainable: true on at least one model")
-        updater = LocalUpdater(settings, pool, optimizers, ref_models)
+        critics = {cid: build_critic(pool.models[mid].model, cid, cfg.critic, betas=cfg.optim.betas, seed=cfg.seed)
+                   for cid, mid in critic_models(keys, cfg.agents).items()}  # fmt: skip
+        updater = LocalUpdater(settings, pool, optimizers, ref_models, critics, keys)
+    kl_control = None
+    if a.reward_kl_coef:
+        kl_control = make_kl_controller(a.reward_kl_control, coef=a.reward_kl_coef, target=a.reward_kl_target,
+                                        horizon=a.reward_kl_horizon)  # fmt: skip
     sampler = TaskSampler(len(tasks), cfg.rollout.batch_size, seed=cfg.seed)
     start, elapsed_before = 0, 0.0
     if plan.resume_from is not None:
@@ -193,6 +206,8 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         sampler.load_state_dict(state["sampler"])
         start = int(state["iteration"])
         elapsed_before = float(state.get("extra", {}).get("elapsed_s", 0.0))
+        if kl_control is not None and "reward_kl_control" in state.get("extra", {}):
+            kl_control.load_state_dict(state["extra"]["reward_kl_control"])
         logger.info("resumed from iter %d (checkpoint %s)", start, plan.resume_from)
     plan.apply()  # the first write: everything is validated and every model loaded
     for level, note in notes:
@@ -200,15 +215,101 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     metrics_logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start,
-                    updater, elapsed_before)  # fmt: skip
+                    updater, elapsed_before, kl_control)  # fmt: skip
 
 
-def compute_advantages(cfg: TrainConfig, samples: list[Any], greedy: list[Any] | None = None) -> np.ndarray:
-    """(B,) advantages of the iteration's samples with the configured estimator and grouping
-    (:func:`drmas_train.algorithm.sample_advantages.sample_advantages`; ``greedy``: ReMax's greedy samples)."""
+def compute_advantages(cfg: TrainConfig, samples: list[Any], greedy: list[Any] | None = None, **columns: Any) -> np.ndarray:
+    """Advantages of the iteration's samples with the configured estimator and grouping: (B,), or (B, T) per token
+    for ``gae`` (:func:`drmas_train.algorithm.sample_advantages.sample_advantages`; ``greedy``: ReMax's greedy
+    samples; ``columns``: ``values`` and ``token_penalty``)."""
     from drmas_train.algorithm.sample_advantages import sample_advantages
 
-    return sample_advantages(samples, cfg.algorithm, greedy=greedy)
+    return sample_advantages(samples, cfg.algorithm, greedy=greedy, **columns)
+
+
+def _collect(run: RunState, seed: int) -> tuple[list[Any], Any, dict[str, float]]:
+    """The iteration's tasks and rollout: one batch of ``rollout.batch_size`` tasks, or with
+    ``rollout.filter_groups`` DAPO's dynamic sampling (:func:`drmas_train.collect.dynamic_sampling.dynamic_sampling`:
+    more batches until that many groups have a reward spread; draw ``k`` plays with seed ``seed + k * 2**40``, so
+    its group ids differ from every other draw's and the first draw is the unfiltered rollout)."""
+    from drmas_train.backends.base import SamplingParams
+    from drmas_train.collect.dynamic_sampling import dynamic_sampling
+    from drmas_train.collect.rollout import rollout
+
+    r = run.cfg.rollout
+    sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+
+    def draw(k: int = 0) -> tuple[list[Any], Any]:
+        tasks = [run.tasks[i] for i in run.sampler.next_batch()]
+        return tasks, rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed + k * 2**40,
+                              max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation,
+                              progress=run.cfg.run.progress)  # fmt: skip
+
+    if not r.filter_groups:
+        tasks, result = draw()
+        return tasks, result, {}
+    batch = dynamic_sampling(draw, target_groups=r.batch_size, metric=r.filter_groups_metric,
+                             max_batches=r.filter_groups_max_batches)  # fmt: skip
+    return batch.tasks, batch.result, batch.metrics
+
+
+def _advantages(run: RunState, samples: list[Any], greedy: Any, seed: int) -> tuple[list[Any], np.ndarray, dict[str, float]]:
+    """The reward terms, the advantages and (PPO with a critic) the critics' update of one iteration.
+
+    In order: DAPO's overlong penalty on each call's reward (``algorithm.overlong_buffer``); the KL in the reward
+    (``algorithm.reward_kl_coef``: per-token penalties from π_old and π_ref, then the controller's update); the
+    critics' values; the advantages; the critics' update on the GAE returns (before the policy's, as the reference).
+
+    Returns:
+        ``(samples, advantages, metrics)``: the samples the update trains on (rewards shaped), (B,) or (B, T)
+        advantages, and the metrics of these steps.
+    """
+    from drmas_train.algorithm.reward_shaping import apply_overlong_penalty, kl_reward_penalty
+    from drmas_train.algorithm.sample_advantages import gae_returns
+
+    cfg, a, metrics = run.cfg, run.cfg.algorithm, {}
+    greedy_samples = greedy.samples if greedy is not None else None
+    if a.overlong_buffer:
+        shape = {"max_length": cfg.rollout.max_new_tokens, "buffer": a.overlong_buffer, "factor": a.overlong_penalty_factor}
+        samples, metrics = apply_overlong_penalty(samples, **shape)
+        if greedy_samples is not None:  # ReMax's baseline is scored as the samples are
+            greedy_samples, _ = apply_overlong_penalty(greedy_samples, **shape)
+    columns: dict[str, Any] = {}
+    if run.kl_control is not None:
+        logprobs, ref = run.updater.kl_logprobs(samples)
+        beta = run.kl_control.value
+        columns["token_penalty"], mean_kl = kl_reward_penalty(logprobs, ref, [s.response_mask for s in samples],
+                                                              estimator=a.reward_kl_estimator, coef=beta)  # fmt: skip
+        run.kl_control.update(mean_kl, len(samples))
+        metrics.update({"reward/kl_penalty": mean_kl, "reward/kl_coef": beta})
+    if run.updater.critic_keys:
+        columns["values"] = run.updater.critic_values(samples)
+    adv = compute_advantages(cfg, samples, greedy_samples, **columns)
+    if "values" in columns:
+        returns = gae_returns(samples, columns["values"], a, token_penalty=columns.get("token_penalty"))
+        metrics.update(_value_metrics(samples, columns["values"], returns))
+        metrics.update(run.updater.update_critics(samples, columns["values"], returns, seed))
+    return samples, adv, metrics
+
+
+def _value_metrics(samples: list[Any], values: list[np.ndarray], returns: list[np.ndarray]) -> dict[str, float]:
+    """The critic's fit to this iteration's returns before its update (fresh data, so the values were learnt on
+    earlier batches only), per agent over its response tokens: ``critic/<agent>/explained_variance`` =
+    1 - Var(R - V) / Var(R) (1 is perfect, 0 no better than a constant), ``critic/<agent>/value_mse`` = mean (R - V)^2,
+    ``values_mean`` and ``returns_mean``."""
+    out: dict[str, float] = {}
+    for agent in sorted({s.agent_id for s in samples}):
+        rows = [i for i, s in enumerate(samples) if s.agent_id == agent and len(values[i])]
+        if not rows:
+            continue
+        v = np.concatenate([values[i] for i in rows])
+        ret = np.concatenate([returns[i] for i in rows])
+        var = float(np.var(ret))
+        out[f"critic/{agent}/explained_variance"] = 1.0 - float(np.var(ret - v)) / var if var > 0 else float("nan")
+        out[f"critic/{agent}/value_mse"] = float(np.mean((ret - v) ** 2))
+        out[f"critic/{agent}/values_mean"] = float(v.mean())
+        out[f"critic/{agent}/returns_mean"] = float(ret.mean())
+    return out
 
 
 def _greedy_baseline(run: RunState, tasks: list[Any], result: Any, seed: int) -> Any:
@@ -299,9 +400,12 @@ def _save(run: RunState, iteration: int) -> Path:
     """An atomic checkpoint of ``iteration``: the updater writes the models' part, the run the rest."""
     from drmas_train.run.checkpoint import save_checkpoint
 
+    extra: dict[str, Any] = {"elapsed_s": run.elapsed()}
+    if run.kl_control is not None:  # the adaptive KL coefficient moves with training
+        extra["reward_kl_control"] = run.kl_control.state_dict()
     return save_checkpoint(run.run_dir / "checkpoints", iteration, write_state=run.updater.write_state,
                            sampler_state=run.sampler.state_dict(), config_yaml=to_yaml(run.cfg),
-                           extra={"elapsed_s": run.elapsed()}, keep=run.cfg.run.keep_checkpoints)  # fmt: skip
+                           extra=extra, keep=run.cfg.run.keep_checkpoints)  # fmt: skip
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> dict[str, Any]:
@@ -341,14 +445,12 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     """:func:`train`'s loop; ``guard`` (:class:`~drmas_train.run.interrupt.SigintGuard`) holds SIGINT during updates."""
     from tqdm.auto import tqdm
 
-    from drmas_train.backends.base import SamplingParams
-    from drmas_train.collect.rollout import rollout, save_samples
+    from drmas_train.collect.rollout import save_samples
     from drmas_train.distributed.errors import DistributedError
     from drmas_train.run.metrics_log import batch_metrics, plot_run
 
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
     guard.attach(run)
-    r = cfg.rollout
     bar = tqdm(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
         first = _validate(run, 0)  # the initial weights, as the reference's val_before_train
@@ -359,23 +461,25 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
         t0 = time.perf_counter()
         run.updater.start_iteration(it + 1)
-        tasks = [run.tasks[i] for i in run.sampler.next_batch()]
-        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
-        result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=seed,
-                         max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
+        tasks, result, collected = _collect(run, seed)  # one batch, or DAPO's dynamic sampling
         greedy = _greedy_baseline(run, tasks, result, seed)  # ReMax only, else None
         guard.hold(f"iteration {it + 1}")  # from here to the checkpoint, Ctrl-C waits for the iteration to finish
         if cfg.run.save_samples:
             save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
         t1 = time.perf_counter()
-        samples = padded_batch(run, result.samples, seed)  # the reference's duplicates, in the statistics and the gradient
-        adv = compute_advantages(cfg, samples, greedy.samples if greedy is not None else None)  # (B + padding,)
-        metrics = batch_metrics(result.samples, adv[: len(result.samples)])
-        metrics["rollout/padding_samples"] = float(len(samples) - len(result.samples))
+        metrics = dict(collected)
         if greedy is not None:
             metrics["rollout/greedy_score_mean"] = float(np.mean([t.score for t in greedy.trajectories]))
         try:
-            metrics.update(_update_models(run, samples, adv, seed))
+            padded = padded_batch(run, result.samples, seed)  # the reference's duplicates: in the statistics and the gradient
+            samples, adv, shaped = _advantages(run, padded, greedy, seed)  # (B',) or (B', T), B' = B + padding; critics updated
+            n = len(result.samples)
+            metrics.update({**batch_metrics(samples[:n], adv[:n]), **shaped})
+            metrics["rollout/padding_samples"] = float(len(samples) - n)
+            if it >= cfg.critic.warmup_iterations or not run.updater.critic_keys:
+                metrics.update(_update_models(run, samples, adv, seed))
+            else:  # the critic's warm-up: the policy waits
+                run.updater.resume_generation()
         except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
             it = _rewind(run, err)
             logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)
@@ -447,6 +551,8 @@ def _rewind(run: RunState, err: Exception) -> int:
     state = load_checkpoint(ckpt)
     it = int(state["iteration"])
     run.sampler.load_state_dict(state["sampler"])
+    if run.kl_control is not None and "reward_kl_control" in state.get("extra", {}):
+        run.kl_control.load_state_dict(state["extra"]["reward_kl_control"])
     run.logger.close()
     run.logger = MetricsLogger(run.run_dir, tensorboard=run.cfg.run.tensorboard, truncate_after=it)
     return it

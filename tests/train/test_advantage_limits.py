@@ -12,7 +12,8 @@ AGENT = ["a", "b", "a", "b"]
 TRAJ = ["t0", "t0", "t1", "t1"]
 TURN = [0, 0, 0, 0]
 #: estimator-specific columns (GiGPO's anchor states, ReMax's greedy baseline)
-EXTRA = {"gigpo": {"anchor": ["x", "y", "x", "y"]}, "remax": {"baseline": [0.0, 0.0, 0.0, 0.0]}}
+EXTRA = {"gigpo": {"anchor": ["x", "y", "x", "y"]}, "remax": {"baseline": [0.0, 0.0, 0.0, 0.0]},
+         "gae": {"values": [[0.0, 0.0]] * 4}}  # fmt: skip
 
 
 def test_the_overflow_is_real():
@@ -39,8 +40,9 @@ def test_largest_accepted_scores_keep_exact_standardisation(name):
     assert np.all(np.isfinite(adv))
     if name == "remax":  # A = v - b is linear, not scale-free: b = 0 here
         np.testing.assert_allclose(adv, small * MAX_ABS_SCORE, rtol=1e-12)
-    else:  # scale invariance: same advantages as scores of +-1 (whitening adds 1e-8 to a variance of 4/3 there)
-        np.testing.assert_allclose(adv, small, rtol=1e-8 if name.startswith("reinforce_pp") else 1e-12)
+    else:  # scale invariance: same advantages as scores of +-1 (whitening adds 1e-8 to the variance there)
+        whitened = name.startswith("reinforce_pp") or name == "gae"
+        np.testing.assert_allclose(adv, small, rtol=1e-8 if whitened else 1e-12)
 
 
 def test_check_scores_passes_non_finite_and_returns_float64():

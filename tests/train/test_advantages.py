@@ -31,6 +31,8 @@ def extra_columns(name, n, rng=None):
         return {"anchor": [f"s{i % 3}" for i in range(n)]}
     if name == "remax":
         return {"baseline": np.full(n, 0.25)}
+    if name == "gae":  # the critic's values of two response tokens per call
+        return {"values": [np.array([0.1 * (i % 3), 0.2]) for i in range(n)]}
     return {}
 
 # One task "q1" with G=3 rollouts (unequal numbers of calls per agent, invalid calls penalised by 0.1),
@@ -147,7 +149,8 @@ def test_grpo_same_advantage_for_all_calls_of_a_trajectory():
 def test_near_zero_variance_gives_zero():
     for value in (0.9, 0.1, 1 / 3, -0.7, 123.456):
         s = np.full(8, value)
-        for name in sorted(set(ESTIMATORS) - {"remax"}):  # remax: A = v - b with its own baseline, not 0
+        for name in sorted(set(ESTIMATORS) - {"remax", "gae"}):  # A = v - b with their own baseline (a greedy
+            # rollout's score, the critic's values), not 0
             a = get_estimator(name)(s, uid=[0] * 8, agent_id=["a"] * 8, traj_uid=list(range(8)), turn=[0] * 8,
                                     **extra_columns(name, 8))  # fmt: skip
             assert np.abs(a).max() < 1e-3
@@ -212,7 +215,7 @@ def test_group_index_composite_key():
 
 
 def test_registry_errors():
-    with pytest.raises(ValueError, match=r"unknown advantage estimator 'drmsa'; accepted: \['drmas', 'gigpo', "
+    with pytest.raises(ValueError, match=r"unknown advantage estimator 'drmsa'; accepted: \['drmas', 'gae', 'gigpo', "
                        r"'grpo', 'grpo_passk', 'grpo_step', 'per_turn', 'reinforce_pp', 'reinforce_pp_baseline', "
                        r"'remax', 'rloo'\]\. Did you mean 'drmas'\?"):  # fmt: skip
         get_estimator("drmsa")

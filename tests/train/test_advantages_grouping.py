@@ -210,4 +210,4 @@ def test_rollout_records_the_anchor_state_of_each_call():
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 def test_every_estimator_has_a_default_grouping_entry(name):
     assert DEFAULT_GROUPING[name] in (*GROUPINGS, None)
-    assert (DEFAULT_GROUPING[name] is None) == (name == "reinforce_pp")
+    assert (DEFAULT_GROUPING[name] is None) == (name in ("reinforce_pp", "gae"))

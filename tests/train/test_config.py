@@ -74,7 +74,7 @@ def test_overrides_types_and_yaml_round_trip(tmp_path):
         (["algorithm.estimatr=drmas"], r"^unknown config key 'algorithm.estimatr'\. Did you mean one of: 'estimator', 'kl_estimator'\? Valid keys of algorithm: estimator, "),
         (["rollout.group_size=four"], r"Value 'four' of type 'str' could not be converted to Integer"),
         (["algorithm.estimator=drmsa"], r"algorithm.estimator: unknown advantage estimator 'drmsa'; accepted: "
-                                        r"\['drmas', 'gigpo', 'grpo', 'grpo_passk', 'grpo_step', 'per_turn', "
+                                        r"\['drmas', 'gae', 'gigpo', 'grpo', 'grpo_passk', 'grpo_step', 'per_turn', "
                                         r"'reinforce_pp', 'reinforce_pp_baseline', 'remax', 'rloo'\]\. "
                                         r"Did you mean 'drmas'\?"),
         (["algorithm.grouping=agent"], r"algorithm.grouping='agent'; accepted: null \(the estimator's own\), prompt, "

@@ -108,6 +108,7 @@ def test_kl_estimators_and_penalty():
     assert float(kl_penalty(lp, ref, "k1")) == pytest.approx(math.log(2))
     assert float(kl_penalty(lp, ref, "k3")) == pytest.approx(0.5 + math.log(2) - 1)  # r = 1/2: r - log r - 1
     assert float(kl_penalty(lp, lp, "k3")) == 0.0
+    assert float(kl_penalty(lp, ref, "k2")) == pytest.approx(0.5 * math.log(2) ** 2)  # (log r)^2 / 2
     cfg = loss_cfg(kl_coef=0.1, kl_estimator="k1", entropy_coef=0.01)
     ent = torch.tensor([[2.0]])
     loss, m = policy_loss(lp, lp, torch.tensor([1.0]), torch.ones(1, 1), cfg, entropy=ent, ref_logprobs=ref)
@@ -116,8 +117,8 @@ def test_kl_estimators_and_penalty():
 
 
 def test_config_and_input_errors():
-    with pytest.raises(ValueError, match=r"^kl_estimator='k2'; accepted: \['k1', 'k3'\]"):
-        loss_cfg(kl_estimator="k2")
+    with pytest.raises(ValueError, match=r"^kl_estimator='k4'; accepted: \['k1', 'k2', 'k3'\]"):
+        loss_cfg(kl_estimator="k4")
     with pytest.raises(ValueError, match="dual_clip_c must be > 1"):
         loss_cfg(dual_clip_c=1.0)
     x = torch.zeros(2, 3)

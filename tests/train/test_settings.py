@@ -30,7 +30,8 @@ CROSSING |= set(LOSS_FIELDS) | {f.name for f in dataclasses.fields(OptimConfig)}
 CROSSING -= {"temperature"}  # a sampling parameter of many functions (generation, log-probs), not only the update's
 CROSSING |= {"norm_by_std", "eps", "singleton"}  # the estimators' normalisation settings (group_stats' own
 # ``unbiased`` is a statistics helper's convention, not the ``algorithm.unbiased_std`` setting it is given)
-OWNERS = {"AlgorithmConfig", "OptimConfig"}  # the sections whose fields these are
+OWNERS = {"AlgorithmConfig", "OptimConfig", "CriticConfig"}  # the sections whose fields these are (the critic's
+# optimizer settings share the optim section's names: critic.lr is the critic's own setting, with its own default)
 
 
 def test_settings_are_the_config_sections_values():
