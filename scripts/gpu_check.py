@@ -13,7 +13,9 @@ What runs:
 2. ``fsdp``: ``torch.distributed`` with one rank (nccl on CUDA, gloo on CPU), the same architecture with
    float32 master weights wrapped by FSDP2 ``fully_shard`` (bf16 compute through ``MixedPrecisionPolicy``),
    ``--fsdp-steps`` :func:`drmas_train.distributed.data_parallel.dp_ppo_update` calls on the last iteration's samples, then a
-   :mod:`drmas_train.distributed.checkpoint` save/load round trip.
+   :mod:`drmas_train.distributed.checkpoint` save/load round trip; with the paper presets' ``optim.offload``: the
+   AdamW state is on the GPU during each update and in host memory after it and after the load
+   (``optimizer_offloaded``).
 
 Output (stdout, one line): ``{"ok", "device", "torch", "transformers", "cuda", "dtype", "model", "single",
 "fsdp", "loss_finite", "wall_s"}``; ``single``/``fsdp`` hold tokens/s (``rollout_tokens_per_s``: generated
@@ -264,6 +266,15 @@ optim: {{lr: 1.0e-5, micro_batch_tokens: 16384}}
     return out, cfg, samples
 
 
+def _state_on_host(opt: Any) -> bool:
+    """Whether every AdamW state tensor (the local shard of a DTensor) is in host memory (``optim.offload``)."""
+    import torch
+
+    devices = [getattr(v, "_local_tensor", v).device.type for state in opt.optimizer.state.values()
+               for v in state.values() if isinstance(v, torch.Tensor)]  # fmt: skip
+    return bool(devices) and all(d == "cpu" for d in devices)
+
+
 def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples: list[Any]) -> dict[str, Any]:
     """1-rank FSDP2 PPO updates through torch.distributed and a sharded checkpoint round trip."""
     import torch
@@ -303,7 +314,7 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
         for layer in model.model.layers:
             fully_shard(layer, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
-        opt = build_optimizer("shared", model, lr=1e-5)
+        opt = build_optimizer("shared", model, lr=1e-5, offload=True)  # the paper presets' optim.offload
         adv = compute_advantages(cfg, samples)
         tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         times, finite, last = [], True, {}
@@ -311,13 +322,15 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
             _sync(args.device)
             t0 = time.perf_counter()
             settings = UpdateSettings.from_config(cfg.algorithm, cfg.optim, temperature=cfg.rollout.temperature)
-            last = dp_ppo_update(  # the Ray training ranks' update (drmas_train.distributed), here on one rank
-                model, opt, samples, adv, settings.replace(skip_zero_advantage=False), rank=0, world_size=1,
-                pad_token_id=loaded.tokenizer.pad_token_id, seed=step,
-            )  # fmt: skip
+            with opt.resident():  # AdamW state on the GPU for the update, in host memory after it
+                last = dp_ppo_update(  # the Ray training ranks' update (drmas_train.distributed), here on one rank
+                    model, opt, samples, adv, settings.replace(skip_zero_advantage=False), rank=0, world_size=1,
+                    pad_token_id=loaded.tokenizer.pad_token_id, seed=step,
+                )  # fmt: skip
             _sync(args.device)
             times.append(time.perf_counter() - t0)
             finite &= all(v == v and abs(v) != float("inf") for k, v in last.items() if k in ("pg_loss", "grad_norm"))
+        offloaded = _state_on_host(opt)
         before = {k: v.full_tensor().detach().clone() for k, v in model.state_dict().items()}
         save_sharded(model, opt, work / "fsdp_ckpt")
         with torch.no_grad():
@@ -325,6 +338,7 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
                 p.zero_()
         load_sharded(model, opt, work / "fsdp_ckpt")
         ckpt_ok = all(torch.equal(before[k], v.full_tensor()) for k, v in model.state_dict().items())
+        offloaded = offloaded and _state_on_host(opt)  # the loaded state went back to host memory too
         return {
             "backend": backend,
             "world_size": dist.get_world_size(),
@@ -338,6 +352,7 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
             "last_pg_loss": last.get("pg_loss"),
             "last_grad_norm": last.get("grad_norm"),
             "checkpoint_roundtrip": bool(ckpt_ok),
+            "optimizer_offloaded": offloaded,
         }
     finally:
         dist.destroy_process_group()
@@ -381,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                     fsdp_error = err
         fsdp = result.get("fsdp", {})
         result["loss_finite"] = result["single"]["loss_finite"] and fsdp.get("loss_finite", fsdp_error is None)
-        result["ok"] = result["loss_finite"] and fsdp.get("checkpoint_roundtrip", fsdp_error is None)
+        result["ok"] = (result["loss_finite"] and fsdp.get("checkpoint_roundtrip", fsdp_error is None)
+                        and fsdp.get("optimizer_offloaded", fsdp_error is None))  # fmt: skip
         if fsdp_error is not None:
             result["error"] = f"fsdp: {result['fsdp']['error']}"
             code = EXIT_MISSING if isinstance(fsdp_error, MachineError) else EXIT_FAILED

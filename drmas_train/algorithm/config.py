@@ -194,6 +194,11 @@ class OptimConfig:
     autocast: str = "off"
     """``off`` | ``bf16`` | ``auto`` (bf16 where matmuls are native bf16: CUDA or AMX CPUs;
     :mod:`drmas_train.algorithm.precision`)."""
+    offload: bool = False
+    """keep AdamW's state in host memory between updates, on the device only during each update (and the critics'
+    too): the reference's ``fsdp_config.optimizer_offload=True`` (``run_math.sh:67``, ``run_search.sh:65``), set in
+    the paper presets. Frees 8 bytes per (sharded) parameter of GPU memory for vLLM's KV cache during generation
+    (docs/scaling.md); costs a host <-> device copy per update. No effect on CPU."""
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``optim.<field>``), the bad value and what is accepted."""

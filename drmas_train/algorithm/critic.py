@@ -64,14 +64,14 @@ def critic_models(keys: Mapping[str, str], agents: Mapping[str, str]) -> dict[st
 
 
 def build_critic(
-    policy: Any, critic_id: str, critic: Any, *, betas: Sequence[float], seed: int
+    policy: Any, critic_id: str, critic: Any, *, betas: Sequence[float], seed: int, offload: bool = False
 ) -> tuple[ValueModel, ModelOptimizer]:
     """A critic started from ``policy``'s current weights (:meth:`ValueModel.from_causal_lm`, head seeded with
     ``seed``) and its AdamW (``critic``: the ``critic`` config section's ``lr``, ``weight_decay``, ``warmup_steps``,
-    ``grad_clip``; ``betas``: ``optim.betas``), on the policy's device."""
+    ``grad_clip``; ``betas``: ``optim.betas``; ``offload``: ``optim.offload``), on the policy's device."""
     model = ValueModel.from_causal_lm(policy, seed=seed)
     opt = build_optimizer(f"critic/{critic_id}", model, lr=critic.lr, weight_decay=critic.weight_decay, betas=betas,
-                          warmup_steps=critic.warmup_steps, grad_clip=critic.grad_clip)  # fmt: skip
+                          warmup_steps=critic.warmup_steps, grad_clip=critic.grad_clip, offload=offload)  # fmt: skip
     return model, opt
 
 

@@ -172,6 +172,11 @@ def _stored_keys(path: Path) -> dict[str, Any]:
     return dict(dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata)
 
 
+def _resident(owner: Any) -> contextlib.AbstractContextManager:
+    """:meth:`~drmas_train.algorithm.optim.ModelOptimizer.resident` of a ModelOptimizer; nothing for a bare torch one."""
+    return owner.resident() if owner is not None else contextlib.nullcontext()
+
+
 def save_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, process_group: Any = None) -> None:
     """Write the model's (and optimizer's) sharded state to the directory ``path``; collective, atomic.
 
@@ -227,15 +232,16 @@ def save_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
 
     _on_rank0(prepare, process_group, "preparing")
     state: dict[str, Any] = {"model": get_model_state_dict(model)}
-    # An optimizer that never stepped has no state: save none (asking DCP for it would run a zero step that
-    # advances Adam's step count); loading then leaves the (fresh) optimizer as it is.
-    if torch_opt is not None and torch_opt.state:
-        state["optim"] = get_optimizer_state_dict(model, torch_opt)
-    if owner is not None:
-        state["schedule"] = {"scheduler": owner.scheduler.state_dict(), "skipped_steps": int(owner.skipped_steps)}
     try:
-        with _dcp_quiet():
-            dcp.save(state, checkpoint_id=str(tmp), process_group=process_group, no_dist=not _distributed())
+        with _resident(owner):  # an offloaded AdamW state on its parameters' devices while DCP reads it
+            # An optimizer that never stepped has no state: save none (asking DCP for it would run a zero step that
+            # advances Adam's step count); loading then leaves the (fresh) optimizer as it is.
+            if torch_opt is not None and torch_opt.state:
+                state["optim"] = get_optimizer_state_dict(model, torch_opt)
+            if owner is not None:
+                state["schedule"] = {"scheduler": owner.scheduler.state_dict(), "skipped_steps": int(owner.skipped_steps)}
+            with _dcp_quiet():
+                dcp.save(state, checkpoint_id=str(tmp), process_group=process_group, no_dist=not _distributed())
         _barrier(process_group)
         _on_rank0(publish, process_group, "publishing")  # every rank returns once the checkpoint is in place
     except BaseException:
@@ -274,21 +280,21 @@ def load_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
             f"sharded checkpoint {str(path)!r} has no weights for {missing[:3]} (+{max(len(missing) - 3, 0)} more): "
             "it was saved from another architecture"
         )
-    if torch_opt is not None:
-        if not info.get("has_optimizer"):
-            raise ValueError(f"sharded checkpoint {str(path)!r} holds no optimizer state (saved with optimizer=None)")
-        if any(k.startswith("optim.") for k in stored):  # else saved before the first step: nothing to restore
+    if torch_opt is not None and not info.get("has_optimizer"):
+        raise ValueError(f"sharded checkpoint {str(path)!r} holds no optimizer state (saved with optimizer=None)")
+    with _resident(owner):  # loaded on the parameters' devices, offloaded again after (optim.offload)
+        if torch_opt is not None and any(k.startswith("optim.") for k in stored):  # else saved before the first step
             state["optim"] = get_optimizer_state_dict(model, torch_opt)  # initialises a fresh optimizer's state
-    if owner is not None and "schedule.skipped_steps" in stored:
-        state["schedule"] = {"scheduler": owner.scheduler.state_dict(), "skipped_steps": 0}
-    with _dcp_quiet():
-        dcp.load(state, checkpoint_id=str(path), process_group=process_group, no_dist=not _distributed())
-    set_model_state_dict(model, state["model"])
-    if "optim" in state:
-        set_optimizer_state_dict(model, torch_opt, state["optim"])
-    if "schedule" in state:
-        owner.scheduler.load_state_dict(state["schedule"]["scheduler"])
-        owner.skipped_steps = int(state["schedule"]["skipped_steps"])
+        if owner is not None and "schedule.skipped_steps" in stored:
+            state["schedule"] = {"scheduler": owner.scheduler.state_dict(), "skipped_steps": 0}
+        with _dcp_quiet():
+            dcp.load(state, checkpoint_id=str(path), process_group=process_group, no_dist=not _distributed())
+        set_model_state_dict(model, state["model"])
+        if "optim" in state:
+            set_optimizer_state_dict(model, torch_opt, state["optim"])
+        if "schedule" in state:
+            owner.scheduler.load_state_dict(state["schedule"]["scheduler"])
+            owner.skipped_steps = int(state["schedule"]["skipped_steps"])
     _barrier(process_group)
 
 

@@ -157,12 +157,13 @@ class RayUpdater:
         homes = critic_models(keys, {a: pool.model_of(a) for a in keys})  # critic_id -> model_id
         critic_optim = {} if critic is None else {"lr": critic.lr, "weight_decay": critic.weight_decay,
                                                   "betas": optim.betas, "warmup_steps": critic.warmup_steps,
-                                                  "grad_clip": critic.grad_clip}  # fmt: skip
+                                                  "grad_clip": critic.grad_clip, "offload": optim.offload}  # fmt: skip
         try:
             for mid in model_ids:
                 spec = pool.models[mid].spec
                 optim_kwargs = {"lr": spec.optimizer.get("lr", optim.lr), "weight_decay": spec.optimizer.get("weight_decay", optim.weight_decay),
-                                "betas": optim.betas, "warmup_steps": optim.warmup_steps, "grad_clip": optim.grad_clip}  # fmt: skip
+                                "betas": optim.betas, "warmup_steps": optim.warmup_steps, "grad_clip": optim.grad_clip,
+                                "offload": optim.offload}  # fmt: skip
                 group_args[mid] = ((mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate)), dict(
                     share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(settings.loss.kl_coef) or keep_reference,
                     strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,

@@ -130,8 +130,9 @@ class TrainWorker:
         hooks = rank_hooks(self.model, rank=self.rank, world_size=self.world_size, pad_token_id=pad)
         samples, drift = old_logprobs_for_update(hooks.forward, samples, advantages, settings, pad_token_id=pad,
                                                  agree_budget=hooks.agree_budget)  # fmt: skip
-        out = ppo_update(self.model, self.opt, samples, advantages, settings, pad_token_id=pad, ref_model=self.ref,
-                         seed=seed, hooks=hooks)  # fmt: skip
+        with self.opt.resident():  # the AdamW state on the device for the update only (optim.offload)
+            out = ppo_update(self.model, self.opt, samples, advantages, settings, pad_token_id=pad, ref_model=self.ref,
+                             seed=seed, hooks=hooks)  # fmt: skip
         return {**drift, **out, "peak_rss_mb": peak_rss_mb()}
 
     def kl_logprobs(self, samples: Sequence[Any], settings: UpdateSettings) -> tuple[list[list[float]], list[list[float]]]:
@@ -164,8 +165,9 @@ class TrainWorker:
         critic, opt = self.critics[critic_id]
         pad = self.tokenizer.pad_token_id
         hooks = rank_hooks(critic, rank=self.rank, world_size=self.world_size, pad_token_id=pad)
-        return value_update(critic, opt, samples, old_values, returns, rank_settings(critic, settings), pad_token_id=pad,
-                            seed=seed, hooks=hooks)  # fmt: skip
+        with opt.resident():
+            return value_update(critic, opt, samples, old_values, returns, rank_settings(critic, settings),
+                                pad_token_id=pad, seed=seed, hooks=hooks)  # fmt: skip
 
     def save_critic(self, critic_id: str, path: str) -> None:
         """Collective: sharded checkpoint of a critic and its optimizer (as :meth:`save`)."""

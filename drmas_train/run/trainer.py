@@ -183,7 +183,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
             optimizers[model_id] = build_optimizer(
                 model_id, loaded.model, lr=loaded.spec.optimizer.get("lr", o.lr),
                 weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
-                warmup_steps=o.warmup_steps, grad_clip=o.grad_clip,
+                warmup_steps=o.warmup_steps, grad_clip=o.grad_clip, offload=o.offload,
             )  # fmt: skip
             if a.kl_coef or a.reward_kl_coef:
                 import copy
@@ -191,7 +191,8 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
                 ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
         if not optimizers:
             raise ConfigError("no trainable model: set trainable: true on at least one model")
-        critics = {cid: build_critic(pool.models[mid].model, cid, cfg.critic, betas=cfg.optim.betas, seed=cfg.seed)
+        critics = {cid: build_critic(pool.models[mid].model, cid, cfg.critic, betas=cfg.optim.betas, seed=cfg.seed,
+                                     offload=cfg.optim.offload)
                    for cid, mid in critic_models(keys, cfg.agents).items()}  # fmt: skip
         updater = LocalUpdater(settings, pool, optimizers, ref_models, critics, keys)
     kl_control = None

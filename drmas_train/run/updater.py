@@ -88,8 +88,9 @@ class LocalUpdater:
             model_samples, drift = old_logprobs_for_update(  # π_old from the training model, as the reference
                 loaded.model, [samples[i] for i in idx], adv[idx], self.settings, pad_token_id=pad
             )
-            out = ppo_update(loaded.model, opt, model_samples, adv[idx], self.settings, pad_token_id=pad,
-                             ref_model=self.ref_models.get(model_id), seed=seed)  # fmt: skip
+            with opt.resident():  # the AdamW state on the device for the update only (optim.offload)
+                out = ppo_update(loaded.model, opt, model_samples, adv[idx], self.settings, pad_token_id=pad,
+                                 ref_model=self.ref_models.get(model_id), seed=seed)  # fmt: skip
             self.pool.backends[model_id].sync_weights(loaded.model)
             metrics.update({f"loss/{model_id}/{k}": v for k, v in {**drift, **out}.items()})
         return metrics
@@ -157,7 +158,8 @@ class LocalUpdater:
             part = [samples[i] for i in idx]
             old, _ = pad_rows([old_values[i] for i in idx])
             ret, _ = pad_rows([returns[i] for i in idx], old.shape[1])
-            out = value_update(model, opt, part, old, ret, self.settings, pad_token_id=self._pad(part), seed=seed)
+            with opt.resident():
+                out = value_update(model, opt, part, old, ret, self.settings, pad_token_id=self._pad(part), seed=seed)
             metrics.update({f"critic/{critic_id}/{k}": v for k, v in out.items()})
         return metrics
 

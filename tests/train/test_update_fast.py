@@ -220,3 +220,32 @@ def test_lora_model_takes_the_fast_path_with_the_same_step():
         steps.append(before - torch.cat([p.detach().flatten() for p in trainable]))
     assert steps[0].abs().max() > 0
     torch.testing.assert_close(steps[1], steps[0], rtol=1e-4, atol=1e-6 * float(steps[0].abs().max()))
+
+
+def test_optimizer_offload_changes_no_step_and_the_paper_presets_turn_it_on():
+    """``optim.offload`` (the reference's ``fsdp_config.optimizer_offload=True``, run_math.sh:67, run_search.sh:65):
+    the AdamW state is loaded for each update and offloaded after it. On CPU the moves are no-ops, so the steps must
+    equal the plain optimizer's bitwise; the device moves themselves run in scripts/gpu_check.py
+    (``fsdp.optimizer_offloaded``)."""
+    from drmas_train.run.config import load_config
+
+    base = load_model("tiny-llama").model
+    runs = {}
+    for offload in (False, True):
+        model = copy.deepcopy(base)
+        opt = build_optimizer("m", model, lr=1e-3, offload=offload)
+        assert opt.offload is offload
+        samples = _group_samples(model)
+        for seed in range(2):
+            with opt.resident():
+                ppo_update(model, opt, samples, np.linspace(-1, 1, len(samples)), UpdateSettings.defaults(),
+                           pad_token_id=0, seed=seed)  # fmt: skip
+        assert opt.offload_state() == 0 and not opt._homes  # nothing to move off a CPU
+        state = opt.state_dict()
+        opt.load_state_dict(state)
+        runs[offload] = [p.detach().clone() for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(runs[False], runs[True], strict=True))
+    for preset in ("drmas_math_qwen3_4b", "drmas_search_qwen25_3b_hetero_dist", "grpo_search_qwen25_7b_nonsharing"):
+        cfg = load_config(preset)
+        assert cfg.optim.offload is True and cfg.optim.activation_checkpointing == 1  # enable_gradient_checkpointing
+    assert load_config("quickstart_math").optim.offload is False
