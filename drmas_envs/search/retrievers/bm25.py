@@ -52,6 +52,9 @@ class BM25Retriever:
     ) -> None:
         import bm25s
 
+        # bm25s sets its own logger to DEBUG on import, so every index build would print "Building index from
+        # tokens" through the application's handlers; give the decision back to them (inherit the root's level).
+        logging.getLogger("bm25s").setLevel(logging.NOTSET)
         if not passages:
             raise ValueError("BM25Retriever needs a non-empty corpus")
         if not (k1 > 0 and 0 <= b <= 1):
