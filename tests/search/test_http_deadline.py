@@ -1,6 +1,6 @@
-"""The http retriever's ``timeout`` is a whole-call deadline (issue 14 item 4b): a server on 127.0.0.1 that
-trickles its reply one byte at a time fails inside the deadline, retries included; a reply that completes in
-time is still read."""
+"""The http retriever's deadlines are wall-clock (issue 14 item 4b): a server on 127.0.0.1 that trickles its reply
+one byte at a time fails inside ``timeout`` per attempt and inside ``total_timeout`` per call, retries included; a
+reply that completes in time is still read."""
 
 from __future__ import annotations
 
@@ -92,14 +92,24 @@ def trickle():
 
 def test_trickling_server_fails_inside_the_deadline(trickle):
     server = trickle(0.1)  # ~10 bytes/s: the reply (~90 bytes) takes ~9 s; each byte arrives well within a read timeout
-    client = HTTPRetriever(server.url, timeout=1.0, max_retries=3, backoff=0.05)
+    client = HTTPRetriever(server.url, timeout=1.0, max_retries=3, backoff=0.05, total_timeout=1.0)
     start = time.monotonic()
     with pytest.raises(RetrieverUnavailableError, match=r"is unavailable: (ReadTimeout|TimeoutException): .*deadline.*"
-                                                        r"timeout 1 s"):  # fmt: skip
+                                                        r"1 s per attempt.*1 s in all"):  # fmt: skip
         client.search(["capital of France"], 1)
     elapsed = time.monotonic() - start
     assert elapsed < 1.0 + 0.3, elapsed  # the deadline, not ~9 s per attempt (httpx's timeouts are per read)
     assert server.connections >= 1
+
+
+def test_each_attempt_has_its_own_deadline(trickle):
+    """Without total_timeout (the reference's budget), every attempt still ends at ``timeout``: the ~9 s reply
+    would otherwise complete and the search succeed."""
+    server = trickle(0.1)
+    client = HTTPRetriever(server.url, timeout=0.5, max_retries=1, backoff=0.0)
+    with pytest.raises(RetrieverUnavailableError, match=r"ReadTimeout|TimeoutException") as err:
+        client.search(["capital of France"], 1)
+    assert "2 attempt(s)" in err.value.reason and server.connections == 2
 
 
 def test_slow_but_complete_reply_within_the_deadline_is_read(trickle):

@@ -72,7 +72,8 @@ def make_retriever(name: str, corpus: Sequence[Passage] | str | Path | None = No
         corpus: passages or a wiki-18 JSONL path; required for ``bm25``/``dense``, unused by ``http``.
         shared: reuse the instance built earlier in this process for the same (name, corpus hash, kwargs).
         **kwargs: passed to the class (``BM25Retriever``: cache_dir, k1, b, stemmer; ``DenseRetriever``: model,
-            batch_size, device, cache_dir, e5_prefixes; ``HTTPRetriever``: url, timeout, max_retries, backoff).
+            batch_size, device, cache_dir, e5_prefixes; ``HTTPRetriever``: url (one or a list), timeout,
+            max_retries, backoff, total_timeout, protocol).
 
     Raises:
         ValueError: unknown ``name`` (lists the accepted ones) or a missing corpus.
