@@ -30,9 +30,9 @@ power). So the grader:
   makes the next grades wait for sympy to import. Only the first start of a process (importing sympy and a
   warm-up verification, ~1-2 s) is not charged to a call; the math envs start the workers when they are
   constructed (``prestart``).
-  One worker serves a process; calls are serialised by a lock (measured on GSM8K / MATH-500: p50 4-7 ms, p99
-  14-300 ms; ``benchmarks/grading_oracle.py``). A worker started before ``os.fork`` is not shared with the child:
-  the child starts its own.
+  One worker (and its spare) per backend serves a process; calls are serialised by a lock (math-verify, measured
+  on GSM8K / MATH-500: p50 4-7 ms, p99 14-300 ms; ``benchmarks/grading_oracle.py``). A worker started before
+  ``os.fork`` is not shared with the child: the child starts its own.
 
 Grades are deterministic except for answers whose verification takes close to the limit: whether those time
 out depends on machine load. Raise ``timeout_s`` where reproducibility matters more than throughput.
