@@ -1,13 +1,14 @@
 r"""Oracle check of math grading on the real GSM8K test (1,319) and MATH-500 (500) files.
 
-For every problem, through ``math-solver-v0`` (the env's default grader):
+For every problem, through ``math-solver-v0`` with ``--grader`` (default ``reference``, the env's default: the Dr.
+MAS reference's reward; ``math_verify``):
 
 * **oracle**: the Solver answers ``\boxed{<ground truth>}``; it must score 1;
 * **wrong**: the Solver answers ``\boxed{<a different answer>}`` (ground truth + 1 when it is a plain number,
   else the next problem's different answer string); it must score 0.
 
-The default grader accepts an answer identical to the ground truth without parsing (``exact_shortcut``), so the
-oracle pass alone does not exercise math-verify. The **self-check** pass therefore grades every ground truth
+Both graders accept an answer identical to the ground truth without parsing (``exact_shortcut``), so the
+oracle pass alone does not exercise the equivalence check. The **self-check** pass therefore grades every ground truth
 against itself with ``exact_shortcut=False`` (math-verify on both sides) and lists the problems math-verify
 cannot match to themselves (reported, not special-cased). Times are per grading call (env step for the env
 passes), in milliseconds.
@@ -58,9 +59,9 @@ def _ms(seconds: list[float]) -> dict[str, float]:
     }
 
 
-def env_pass(tasks, indices, answer_of, timeout_s: float) -> tuple[list[float], list[float], list[dict]]:
+def env_pass(tasks, indices, answer_of, timeout_s: float, grader: str = "reference") -> tuple[list[float], list[float], list[dict]]:
     """Play one ``math-solver-v0`` episode per index with the answer ``answer_of(i)``; (scores, seconds, infos)."""
-    env = drmas_envs.make("math-solver-v0", data=tasks, grade_timeout_s=timeout_s)
+    env = drmas_envs.make("math-solver-v0", data=tasks, grade_timeout_s=timeout_s, grader=grader)
     scores, seconds, infos = [], [], []
     for i in indices:
         env.reset(options={"task_index": i})
@@ -74,9 +75,9 @@ def env_pass(tasks, indices, answer_of, timeout_s: float) -> tuple[list[float], 
     return scores, seconds, infos
 
 
-def run(data_dir: Path, stride: int, timeout_s: float) -> dict:
+def run(data_dir: Path, stride: int, timeout_s: float, env_grader: str = "reference") -> dict:
     """All passes over both files; returns the JSON-ready report."""
-    report: dict = {"timeout_s": timeout_s, "stride": stride, "datasets": {}}
+    report: dict = {"timeout_s": timeout_s, "stride": stride, "env_grader": env_grader, "datasets": {}}
     grader = MathGrader(timeout_s=timeout_s, exact_shortcut=False)
     # warm the math-verify worker: its start-up (imports) is not part of any grading time
     grader.grade("\\boxed{1}", "1.0")
@@ -87,9 +88,9 @@ def run(data_dir: Path, stride: int, timeout_s: float) -> dict:
             continue
         tasks = load_tasks(path)
         indices = list(range(0, len(tasks), stride))
-        oracle, oracle_s, _ = env_pass(tasks, indices, lambda i, t=tasks: t[i].answers[0], timeout_s)
+        oracle, oracle_s, _ = env_pass(tasks, indices, lambda i, t=tasks: t[i].answers[0], timeout_s, env_grader)
         wrong, wrong_s, wrong_infos = env_pass(
-            tasks, indices, lambda i, t=tasks: wrong_answer(t, i), timeout_s
+            tasks, indices, lambda i, t=tasks: wrong_answer(t, i), timeout_s, env_grader
         )
         self_s, self_fail = [], []
         for i in indices:
@@ -135,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--stride", type=int, default=1, help="grade every N-th problem (1 = all)")
     parser.add_argument("--timeout-s", type=float, default=1.0, help="grading wall-clock limit per call")
+    parser.add_argument("--grader", default="reference", choices=["reference", "math_verify"],
+                        help="the env passes' grader (the self-check is always math-verify)")
     args = parser.parse_args(argv)
     if args.stride < 1:
         parser.error(f"--stride must be >= 1, got {args.stride}")
-    report = run(args.data_dir, args.stride, args.timeout_s)
+    report = run(args.data_dir, args.stride, args.timeout_s, args.grader)
     print(json.dumps(report, indent=2))
     bad = any(
         d.get("oracle_scored_1", 0) != d.get("problems", 0) or d.get("wrong_scored_1")

@@ -19,13 +19,14 @@ solver-verifier env (every earlier output in full, as the reference; ``max_quote
 
 ## Rewards
 
-Only the **last proposed solution** (generator's, or the latest refiner's) is graded.
+Only the **last proposed solution** (generator's, or the latest refiner's) is graded, by ``grader`` (default
+``"reference"``, the Dr. MAS reference's reward; ``"math_verify"``; see the solver-verifier env).
 
 | Event | Generator | Verifier | Refiner |
 |---|---|---|---|
 | last solution correct | +1 | +1 | +1 |
 | last solution wrong / no box / timeout | 0 | 0 | 0 |
-| each generator / refiner call without a non-blank ``\boxed{}`` | -0.1 (own calls) | 0 | -0.1 (own calls) |
+| each invalid generator / refiner call (the ``grader``'s rule, as in the solver-verifier env) | -0.1 (own calls) | 0 | -0.1 (own calls) |
 | each verifier call without a ``<verify>...</verify>`` pair | 0 | -0.1 | 0 |
 
 ## Termination vs truncation
@@ -38,7 +39,7 @@ infos: ``won``, ``score``, ``extracted``, ``grade_reason``, ``ground_truth``, ``
 ``data``, ``max_loops`` (>= 1, default 2; 1 = generator only), ``missing_verdict``, ``verdict_rule``, ``format_penalty`` (0.1),
 ``max_quote_chars`` (None: full outputs), ``system_prompt``, ``prompts`` (keys ``env``, ``generator``,
 ``verifier``, ``refiner``), ``size`` /
-``data_seed``, ``grade_timeout_s`` (1.0), ``render_mode``.
+``data_seed``, ``grader`` (``"reference"`` | ``"math_verify"``), ``grade_timeout_s`` (1.0), ``render_mode``.
 
 ## Version history
 

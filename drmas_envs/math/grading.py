@@ -1,6 +1,12 @@
-r"""Math answer grading: extract the last ``\boxed{...}`` and decide equivalence with math-verify, safely.
+r"""Math answer grading: extract the last ``\boxed{...}`` and decide equivalence in a bounded worker process.
 
-Pure rules, no env code (the envs call :func:`grade`). Two steps:
+Pure rules, no env code (the envs call a grader's ``grade``). Two graders share this machinery; the math envs
+select one with ``grader=`` (:mod:`drmas_envs.math.graders`):
+
+* ``"reference"`` (the envs' default; :class:`~drmas_envs.math.reference_grading.ReferenceGrader`): the Dr. MAS
+  reference's reward, the text after the first ``</think>``, the last ``\boxed{...}`` only, the reference's
+  normalise-then-sympy equivalence (:mod:`drmas_envs.math.reference_equivalence`).
+* ``"math_verify"`` (this module's :class:`MathGrader`), described here:
 
 1. **Extraction** (:func:`extract_boxed`): the *last* ``\boxed{...}`` or ``\fbox{...}`` in the text, nested braces
    kept (``\boxed{\frac{1}{2}}`` -> ``\frac{1}{2}``); ``\boxed 5`` (no braces) gives ``5``. One linear scan from
@@ -16,23 +22,23 @@ power). So the grader:
 * applies cheap pre-checks first, in the calling process: no box -> ``no_box``; blank -> ``empty``; an answer
   longer than ``max_answer_chars`` (default 1,000) -> ``too_long``; an answer identical (after ``strip``) to a
   ground truth -> ``correct`` without parsing (``exact_shortcut``, on by default);
-* runs math-verify in a small **persistent worker process** (:class:`VerifyWorker`, ``python
-  drmas_envs/math/_verify_worker.py``), with its address space capped (``RLIMIT_AS``, default 1 GiB) and a
+* runs the equivalence check (math-verify, or the reference's sympy routine) in a small **persistent worker
+  process** (:class:`VerifyWorker`, ``python drmas_envs/math/_verify_worker.py``), with its address space capped (``RLIMIT_AS``, default 1 GiB) and a
   hard wall-clock limit per call (default 1 s) that covers the whole call, restarts included. On timeout the
   parent SIGKILLs the worker, answers ``timeout`` and hands the next call to a **warm spare** worker (kept
   ready beside the active one), while a new spare starts in the background: one adversarial answer no longer
   makes the next grades wait for sympy to import. Only the first start of a process (importing sympy and a
   warm-up verification, ~1-2 s) is not charged to a call; the math envs start the workers when they are
   constructed (``prestart``).
-  One worker serves a process; calls are serialised by a lock (measured on GSM8K / MATH-500: p50 4-7 ms, p99
-  14-300 ms; ``benchmarks/grading_oracle.py``). A worker started before ``os.fork`` is not shared with the child:
-  the child starts its own.
+  One worker (and its spare) per backend serves a process; calls are serialised by a lock (math-verify, measured
+  on GSM8K / MATH-500: p50 4-7 ms, p99 14-300 ms; ``benchmarks/grading_oracle.py``). A worker started before
+  ``os.fork`` is not shared with the child: the child starts its own.
 
 Grades are deterministic except for answers whose verification takes close to the limit: whether those time
 out depends on machine load. Raise ``timeout_s`` where reproducibility matters more than throughput.
 
 Reasons (``GradeResult.reason``): ``correct``, ``mismatch``, ``no_box``, ``empty``, ``too_long``, ``timeout``,
-``parse_error`` (math-verify raised or ran out of memory).
+``parse_error`` (the worker's check raised or ran out of memory).
 
 Example:
     >>> grade(r"so the answer is \boxed{\dfrac{1}{2}}", "0.5")
@@ -53,16 +59,22 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 __all__ = [
     "GradeResult",
     "REASONS",
     "extract_boxed",
+    "scan_last_box",
+    "BACKENDS",
     "VerifyWorker",
     "MathGrader",
     "default_grader",
     "grade",
 ]
+
+#: What can decide equivalence in a :class:`VerifyWorker` (see ``_verify_worker.py``).
+BACKENDS = ("math_verify", "reference")
 
 #: Every value ``GradeResult.reason`` can take.
 REASONS = ("correct", "mismatch", "no_box", "empty", "too_long", "timeout", "parse_error")
@@ -96,19 +108,28 @@ def extract_boxed(text: str) -> str | None:
     r"""Content of the last ``\boxed{...}`` / ``\fbox{...}`` in ``text`` (nested braces kept), else ``None``.
 
     ``\boxed 42`` (space, no braces) gives ``"42"``. An unclosed last box gives ``None``. Runs in O(len(text)).
+    This is the math-verify grader's extraction; the reference grader's is
+    :func:`drmas_envs.math.reference_grading.reference_boxed`.
 
     Raises:
         TypeError: if ``text`` is not a str.
     """
     if not isinstance(text, str):
         raise TypeError(f"extract_boxed expects a str, got {type(text).__name__}")
-    return _scan_boxed(text, None)[0]
+    return scan_last_box(text)[0]
 
 
-def _scan_boxed(text: str, max_chars: int | None) -> tuple[str | None, bool]:
-    """``(content, too_long)``: like :func:`extract_boxed`, but a box still open after ``max_chars`` characters
-    of content stops the scan at once (``(None, True)``), so adversarial nesting cannot cost a full pass."""
-    start, marker = max((text.rfind(m), m) for m in _BOX_MARKERS)
+def scan_last_box(
+    text: str, max_chars: int | None = None, *, markers: Sequence[str] = _BOX_MARKERS, braceless: bool = True
+) -> tuple[str | None, bool]:
+    r"""``(content, too_long)`` of the last of ``markers`` in ``text``.
+
+    The marker must be followed by ``{`` (its balanced content is returned, nested braces kept) or, when
+    ``braceless``, by a space and a token (``\boxed 5``). An unclosed box, or any other character after the
+    marker, gives ``(None, False)``. A box still open after ``max_chars`` characters of content stops the scan at
+    once (``(None, True)``), so adversarial nesting cannot cost a full pass. One C-speed pass over the braces.
+    """
+    start, marker = max((text.rfind(m), m) for m in markers)
     if start < 0:
         return None, False
     i = start + len(marker)
@@ -120,7 +141,7 @@ def _scan_boxed(text: str, max_chars: int | None) -> tuple[str | None, bool]:
             if depth == 0:
                 return text[i + 1 : brace.start()], False
         return None, stop < len(text)  # unclosed (or not closed within max_chars)
-    if i < len(text) and text[i] == " ":
+    if braceless and i < len(text) and text[i] == " ":
         rest = text[i : i + (max_chars or len(text)) + 64].lstrip(" ")
         token = rest.split(None, 1)[0] if rest.strip() else ""
         return token.rstrip("$.,") or None, False
@@ -130,9 +151,9 @@ def _scan_boxed(text: str, max_chars: int | None) -> tuple[str | None, bool]:
 class _WorkerProcess:
     """One ``_verify_worker.py`` process: its pipes, read buffer, readiness and the pid that started it."""
 
-    def __init__(self, memory_limit_bytes: int) -> None:
+    def __init__(self, memory_limit_bytes: int, backend: str) -> None:
         self.popen = subprocess.Popen(
-            [sys.executable, str(_WORKER_SCRIPT), str(memory_limit_bytes)],
+            [sys.executable, str(_WORKER_SCRIPT), str(memory_limit_bytes), backend],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -169,7 +190,7 @@ class _WorkerProcess:
         if not self.ready:
             line = self.readline(deadline)
             if line is not None and line != "ready":
-                raise RuntimeError(f"the math-verify worker sent {line!r} instead of 'ready'")
+                raise RuntimeError(f"the grading worker sent {line!r} instead of 'ready'")
             self.ready = line == "ready"
         return self.ready
 
@@ -180,12 +201,15 @@ class _WorkerProcess:
 
 
 class VerifyWorker:
-    """A persistent math-verify process with a hard per-call time limit and a memory cap, plus a warm spare.
+    """A persistent equivalence-checking process with a hard per-call time limit and a memory cap, plus a warm
+    spare.
 
     Args:
         memory_limit_bytes: ``RLIMIT_AS`` of each worker process (default 1 GiB; 0 = no cap).
         startup_timeout_s: how long the *first* call waits for the first worker (and its spare) to import
-            math-verify (~1-2 s; not charged to that call's limit).
+            its backend (~1-2 s; not charged to that call's limit).
+        backend: what decides equivalence in the worker: ``"math_verify"`` (math-verify) or ``"reference"``
+            (the Dr. MAS reference's routine, :mod:`drmas_envs.math.reference_equivalence`).
 
     Every later call is bounded by its own limit, restarts included: a call that times out kills the worker and
     promotes the **spare** (a second process, already warm), and a new spare starts in the background. A call
@@ -194,7 +218,12 @@ class VerifyWorker:
     POSIX only (``select`` on pipes).
     """
 
-    def __init__(self, memory_limit_bytes: int = 1 << 30, startup_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, memory_limit_bytes: int = 1 << 30, startup_timeout_s: float = 120.0, backend: str = "math_verify"
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
         self.memory_limit_bytes = int(memory_limit_bytes)
         self.startup_timeout_s = float(startup_timeout_s)
         self._lock = threading.Lock()
@@ -216,9 +245,9 @@ class VerifyWorker:
             if self._spare is not None and self._spare.usable():
                 self._active, self._spare = self._spare, None
             else:
-                self._active = _WorkerProcess(self.memory_limit_bytes)
+                self._active = _WorkerProcess(self.memory_limit_bytes, self.backend)
         if self._spare is None or not self._spare.usable():
-            self._spare = _WorkerProcess(self.memory_limit_bytes)
+            self._spare = _WorkerProcess(self.memory_limit_bytes, self.backend)
 
     def prestart(self) -> None:
         """Start the worker and its spare now without waiting for them (they import while the caller works on)."""
@@ -256,9 +285,10 @@ class VerifyWorker:
                     self._active.kill()
                     self._spare.kill()
                     self._active = self._spare = None
+                    needs = "math-verify" if self.backend == "math_verify" else "sympy and pylatexenc"
                     raise RuntimeError(
-                        f"the math-verify worker ({_WORKER_SCRIPT}) did not start within {self.startup_timeout_s} s; "
-                        f"check that math-verify is installed for {sys.executable}"
+                        f"the {self.backend} grading worker ({_WORKER_SCRIPT}) did not start within "
+                        f"{self.startup_timeout_s} s; check that {needs} is installed for {sys.executable}"
                     )
                 self._warm_pid = os.getpid()
                 deadline = time.monotonic() + timeout_s
@@ -290,17 +320,29 @@ class VerifyWorker:
 
 @dataclasses.dataclass
 class MathGrader:
-    """Grades answers against ground truths (see the module docstring for the rules and reasons).
+    r"""The **math-verify** grader: the last ``\boxed{}`` / ``\fbox{}`` of the whole response, math-verify
+    equivalence (see the module docstring for the rules and reasons). Subclasses change what is graded and how
+    (:class:`~drmas_envs.math.reference_grading.ReferenceGrader`) through :meth:`extract`, :meth:`is_valid`,
+    :meth:`graded_answer` and :meth:`ground_truths`; timeouts, caps and the worker are shared.
 
     Args:
-        timeout_s: hard wall-clock limit of one math-verify call, in seconds (> 0).
+        timeout_s: hard wall-clock limit of one equivalence check in the worker, in seconds (> 0).
         max_answer_chars: longer extracted answers are ``too_long`` without parsing.
-        exact_shortcut: an answer identical to a ground truth (after ``strip``) is correct without math-verify.
-        worker: the :class:`VerifyWorker` to use (default: one shared per process).
+        exact_shortcut: an answer identical to a ground truth (after ``strip``) is correct without the worker.
+        worker: the :class:`VerifyWorker` to use (default: one shared per process and backend); its ``backend``
+            must be this grader's.
 
     Raises:
-        ValueError: non-positive ``timeout_s`` or ``max_answer_chars``.
+        ValueError: non-positive ``timeout_s`` or ``max_answer_chars``, or a ``worker`` of another backend.
     """
+
+    #: The grader's name (``grader=`` of the math envs, :data:`drmas_envs.math.graders.GRADERS`).
+    name: ClassVar[str] = "math_verify"
+    #: The :class:`VerifyWorker` backend that decides equivalence.
+    backend: ClassVar[str] = "math_verify"
+    #: Whether the worker gets the answer and ground truths as extracted (unstripped): the reference's routine
+    #: normalises them itself, and its normalisers look at leading characters.
+    verbatim: ClassVar[bool] = False
 
     timeout_s: float = 1.0
     max_answer_chars: int = 1000
@@ -312,15 +354,40 @@ class MathGrader:
             raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s!r}")
         if not self.max_answer_chars > 0:
             raise ValueError(f"max_answer_chars must be > 0, got {self.max_answer_chars!r}")
+        if self.worker is not None and self.worker.backend != self.backend:
+            raise ValueError(
+                f"the {self.name} grader needs a worker with backend={self.backend!r}, got {self.worker.backend!r}"
+            )
+
+    def _worker(self) -> VerifyWorker:
+        return self.worker if self.worker is not None else default_worker(self.backend)
 
     def prestart(self) -> None:
         """Start this grader's worker in the background (envs call it at construction)."""
-        (self.worker if self.worker is not None else default_worker()).prestart()
+        self._worker().prestart()
+
+    # ---- what is graded (overridden by other graders) ----
+    def extract(self, text: str) -> str | None:
+        """The answer as this grader's validity rule reads it in a whole reply (:func:`extract_boxed`)."""
+        return extract_boxed(text)
+
+    def is_valid(self, text: str) -> bool:
+        """Whether a proposer's reply is well-formed (its ``is_action_valid``): a non-blank box."""
+        extracted = self.extract(text)
+        return bool(extracted and extracted.strip())
+
+    def graded_answer(self, response: str) -> tuple[str | None, bool]:
+        """``(answer, too_long)``: what is compared with the ground truths (:func:`scan_last_box`)."""
+        return scan_last_box(response, self.max_answer_chars)
+
+    def ground_truths(self, golds: tuple[str, ...]) -> tuple[str, ...]:
+        """The ground truths as the worker compares them."""
+        return golds
 
     def grade(
         self, response: str, ground_truth: str | Sequence[str], *, pre_extracted: bool = False
     ) -> GradeResult:
-        r"""Grade ``response`` (text with a ``\boxed{}``, or the answer itself if ``pre_extracted``).
+        r"""Grade ``response`` (a reply with a ``\boxed{}``, or the answer itself if ``pre_extracted``).
 
         ``ground_truth`` is one answer string or several acceptable ones (extracted form, no ``\boxed``).
 
@@ -338,21 +405,26 @@ class MathGrader:
         if pre_extracted:
             answer: str | None = response
         else:
-            answer, too_long = _scan_boxed(response, self.max_answer_chars)
+            answer, too_long = self.graded_answer(response)
             if too_long:
                 return GradeResult(None, False, "too_long")
         if answer is None:
             return GradeResult(None, False, "no_box")
-        answer = answer.strip()
+        raw, answer = answer, answer.strip()
         if not answer:
             return GradeResult(answer, False, "empty")
         if len(answer) > self.max_answer_chars:
             return GradeResult(answer[: self.max_answer_chars] + "...", False, "too_long")
-        golds = tuple(g.strip() for g in golds)
-        if self.exact_shortcut and answer in golds:
+        golds = self.ground_truths(golds)
+        if not golds:
+            return GradeResult(answer, False, "mismatch")
+        stripped = tuple(g.strip() for g in golds)
+        if self.exact_shortcut and answer in stripped:
             return GradeResult(answer, True, "correct")
-        worker = self.worker if self.worker is not None else default_worker()
-        ok, error = worker.verify(answer, golds, self.timeout_s)
+        if self.verbatim:
+            ok, error = self._worker().verify(raw, golds, self.timeout_s)
+        else:
+            ok, error = self._worker().verify(answer, stripped, self.timeout_s)
         if error == "timeout":
             return GradeResult(answer, False, "timeout")
         if error is not None:
@@ -360,21 +432,25 @@ class MathGrader:
         return GradeResult(answer, ok, "correct" if ok else "mismatch")
 
 
-_DEFAULT_WORKER: VerifyWorker | None = None
+_DEFAULT_WORKERS: dict[str, VerifyWorker] = {}
 _DEFAULT_GRADER: MathGrader | None = None
 
 
-def default_worker() -> VerifyWorker:
-    """The process-wide :class:`VerifyWorker` (created on first use, stopped at exit)."""
-    global _DEFAULT_WORKER
-    if _DEFAULT_WORKER is None:
-        _DEFAULT_WORKER = VerifyWorker()
-        atexit.register(_DEFAULT_WORKER.close)
-    return _DEFAULT_WORKER
+def default_worker(backend: str = "math_verify") -> VerifyWorker:
+    """The process-wide :class:`VerifyWorker` of ``backend`` (created on first use, stopped at exit).
+
+    Raises:
+        ValueError: unknown ``backend``.
+    """
+    if backend not in _DEFAULT_WORKERS:
+        worker = VerifyWorker(backend=backend)
+        atexit.register(worker.close)
+        _DEFAULT_WORKERS[backend] = worker
+    return _DEFAULT_WORKERS[backend]
 
 
 def default_grader() -> MathGrader:
-    """A :class:`MathGrader` with default settings (1 s, 1,000 chars, exact shortcut on)."""
+    """A math-verify :class:`MathGrader` with default settings (1 s, 1,000 chars, exact shortcut on)."""
     global _DEFAULT_GRADER
     if _DEFAULT_GRADER is None:
         _DEFAULT_GRADER = MathGrader()
@@ -388,7 +464,8 @@ def grade(
     pre_extracted: bool = False,
     timeout_s: float | None = None,
 ) -> GradeResult:
-    """Grade with the default :class:`MathGrader` (``timeout_s`` overrides its 1 s limit for this call)."""
+    """Grade with the default math-verify :class:`MathGrader` (``timeout_s`` overrides its 1 s limit for this
+    call)."""
     grader = (
         default_grader() if timeout_s is None else dataclasses.replace(default_grader(), timeout_s=timeout_s)
     )

@@ -16,9 +16,14 @@ prompt as in ``math-solver-verifier-v0``, with an empty team context) and ends w
 
 | Event | Solver |
 |---|---|
-| boxed answer correct (math-verify, :mod:`drmas_envs.math.grading`) | +1 |
+| boxed answer correct (``grader``, default ``"reference"``: the Dr. MAS reference's reward) | +1 |
 | wrong / no box / timeout | 0 |
-| the call has no non-blank ``\boxed{}`` (invalid) | -0.1 |
+| the call is invalid (``"reference"``: no readable last ``\boxed{...}`` in the reply; ``"math_verify"``: no non-blank box) | -0.1 |
+
+Grading (:mod:`drmas_envs.math.graders`): ``grader="reference"`` (default) grades the text after the first
+``</think>``, reads only the last ``\boxed{...}`` (``\fbox`` and ``\boxed 2`` are no answer; an empty
+``\boxed{}`` is a valid, wrong answer) and checks equivalence with the reference's normalise-then-sympy routine;
+``grader="math_verify"`` grades the whole reply with math-verify (``\fbox`` and ``\boxed 2`` read).
 
 ## Termination vs truncation
 
@@ -29,8 +34,7 @@ The episode **terminates** after the one call; it is never truncated. Final info
 
 ``data`` (task spec or TaskSource), ``format_penalty`` (0.1), ``prompts`` (keys ``env``, ``solver``),
 ``size`` / ``data_seed`` (reasoning-gym source), ``max_quote_chars`` (unused: no teammates), ``system_prompt``,
-``grade_timeout_s``
-(1.0), ``render_mode``.
+``grader`` (``"reference"`` | ``"math_verify"``), ``grade_timeout_s`` (1.0), ``render_mode``.
 
 ## Version history
 

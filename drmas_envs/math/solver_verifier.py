@@ -25,14 +25,17 @@ harmless assistant.").
 
 ## Rewards
 
-Only the **last Solver answer** is graded (math-verify, :mod:`drmas_envs.math.grading`). At the end every agent
-gets the episode reward ``R``; each invalid call costs its agent ``format_penalty`` at that step.
+Only the **last Solver answer** is graded, by ``grader`` (:mod:`drmas_envs.math.graders`): ``"reference"``
+(default), the reference's reward (the text after the first ``</think>``, the last ``\boxed{...}`` only,
+normalise-then-sympy equivalence; ``math_reward.py``), or ``"math_verify"`` (the whole reply, last
+``\boxed{}``/``\fbox{}``, math-verify). At the end every agent gets the episode reward ``R``; each invalid call
+costs its agent ``format_penalty`` at that step.
 
 | Event | Solver | Verifier |
 |---|---|---|
 | last solver answer correct | +1 | +1 |
 | last solver answer wrong / no box / timeout | 0 | 0 |
-| each solver call without a non-blank ``\boxed{}`` | -0.1 | 0 |
+| each invalid solver call (``"reference"``: no readable last ``\boxed{...}``, an empty one counts; ``"math_verify"``: no non-blank box) | -0.1 | 0 |
 | each verifier call without a ``<verify>...</verify>`` pair (or with CJK text) | 0 | -0.1 |
 
 So an agent's return is ``R - 0.1 * (its invalid calls)``; ``infos[agent]["penalty"]`` is the penalty of that call.
@@ -47,7 +50,8 @@ Episodes always **terminate** (approve, or the solver's answer in the last loop)
 
 ``data`` (task spec or TaskSource), ``max_loops`` (>= 1, default 2), ``missing_verdict`` (``"approve"`` |
 ``"reject"``), ``verdict_rule`` (``"reference"`` | ``"lenient"``), ``format_penalty`` (0.1), ``max_quote_chars``
-(None: full outputs), ``system_prompt``, ``prompts`` (overrides of keys ``env``, ``solver``, ``verifier``), ``size`` / ``data_seed`` (reasoning-gym source), ``grade_timeout_s`` (1.0),
+(None: full outputs), ``system_prompt``, ``prompts`` (overrides of keys ``env``, ``solver``, ``verifier``), ``size`` / ``data_seed`` (reasoning-gym source), ``grader`` (``"reference"`` | ``"math_verify"``),
+``grade_timeout_s`` (1.0),
 ``render_mode``. Per-step infos: solver ``extracted``, ``loop``; verifier ``verdict``, ``verdict_found``, ``loop``.
 
 ## Version history

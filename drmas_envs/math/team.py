@@ -15,7 +15,7 @@ from drmas_envs.core.factories import complete_signature
 from drmas_envs.core.projection import project_action
 from drmas_envs.data import DEFAULT_MATH_SPEC, load_tasks
 from drmas_envs.math import prompts as P
-from drmas_envs.math.grading import MathGrader, extract_boxed
+from drmas_envs.math.graders import DEFAULT_GRADER, make_grader
 
 __all__ = ["MathTeamEnv", "VerifiedTeamEnv", "parse_verdict", "reference_verdict", "VERDICTS", "VERDICT_RULES"]
 
@@ -48,7 +48,7 @@ def reference_verdict(text: str) -> tuple[str | None, bool]:
 
 
 class MathTeamEnv(TextAECEnv):
-    """Base of the math envs: one problem, a team of text agents, the last solution graded by math-verify.
+    """Base of the math envs: one problem, a team of text agents, the last solution graded by ``grader``.
 
     Subclasses set ``possible_agents``, ``DEFAULT_PROMPTS`` (agent id -> template, plus ``"env"``) and implement
     ``_start_episode`` / ``_act``; they record each proposed solution with :meth:`_propose`.
@@ -63,12 +63,18 @@ class MathTeamEnv(TextAECEnv):
         prompts: template overrides by key (see :mod:`drmas_envs.math.prompts`).
         system_prompt: the system message of every call (default the reference's
             ``"You are a helpful and harmless assistant."``); ``None`` or ``""`` sends the user message alone.
-        grade_timeout_s: hard wall-clock limit of one math-verify call (seconds).
+        grader: ``"reference"`` (default): the Dr. MAS reference's math reward and solver validity rule
+            (text after the first ``</think>``, last ``\boxed{...}`` only, normalise-then-sympy; a reply is
+            valid iff it has a readable last ``\boxed{...}``, even empty;
+            :mod:`drmas_envs.math.reference_grading`); ``"math_verify"``: last ``\boxed{}`` / ``\fbox{}`` of the
+            whole reply (``\boxed 5`` too), math-verify; valid iff that box is non-blank
+            (:mod:`drmas_envs.math.grading`). See :mod:`drmas_envs.math.graders`.
+        grade_timeout_s: hard wall-clock limit of one equivalence check in the grading worker (seconds).
         render_mode: ``None``, ``"ansi"`` or ``"human"``.
 
     Raises:
-        ValueError: bad prompts, ``max_quote_chars`` not None and < 1, a non-str ``system_prompt``, or any error
-            of the base / task loading.
+        ValueError: bad prompts, ``max_quote_chars`` not None and < 1, a non-str ``system_prompt``, an unknown
+            ``grader``, or any error of the base / task loading.
     """
 
     DEFAULT_PROMPTS: Mapping[str, str] = {}
@@ -83,6 +89,7 @@ class MathTeamEnv(TextAECEnv):
         max_quote_chars: int | None = None,
         prompts: Mapping[str, str] | None = None,
         system_prompt: str | None = P.SYSTEM_PROMPT,
+        grader: str = DEFAULT_GRADER,
         grade_timeout_s: float = 1.0,
         render_mode: str | None = None,
     ) -> None:
@@ -95,8 +102,8 @@ class MathTeamEnv(TextAECEnv):
         self.prompts = P.resolve_prompts(self.DEFAULT_PROMPTS, prompts)
         self.max_quote_chars = max_quote_chars
         self.system_prompt = system_prompt or ""
-        self.grader = MathGrader(timeout_s=grade_timeout_s)
-        self.grader.prestart()  # the math-verify worker imports sympy while the first episode is played
+        self.grader = make_grader(grader, timeout_s=grade_timeout_s)
+        self.grader.prestart()  # the grading worker imports sympy while the first episode is played
         tasks = load_tasks(DEFAULT_MATH_SPEC if data is None else data, seed=data_seed, size=size)
         super().__init__(tasks, format_penalty=format_penalty, render_mode=render_mode)
         self._solution: str | None = None
@@ -120,17 +127,16 @@ class MathTeamEnv(TextAECEnv):
         return self.system_prompt, user
 
     def _propose(self, text: str) -> tuple[bool, dict[str, Any]]:
-        """Record ``text`` as the team's current solution; valid iff it has a non-blank box."""
+        """Record ``text`` as the team's current solution; valid by the grader's rule (``grader.is_valid``)."""
         self._solution = text
-        extracted = extract_boxed(text)
-        return bool(extracted and extracted.strip()), {"extracted": extracted}
+        return self.grader.is_valid(text), {"extracted": self.grader.extract(text)}
 
     def role(self, agent: str) -> str:
         """Display role name (``"Solver Agent"``) of an agent id."""
         return P.ROLE_NAMES.get(agent, agent)
 
     def _episode_outcome(self) -> Outcome:
-        """Grade the last proposed solution: reward 1.0 if correct else 0.0."""
+        """Grade the last proposed solution with ``self.grader``: reward 1.0 if correct else 0.0."""
         result = self.grader.grade(self._solution or "", self.task.answers)
         return Outcome(
             result.score,

@@ -2,7 +2,8 @@
 
 * envs: :mod:`~drmas_envs.search.orchestrator` (``search-orchestrator-v0``), :mod:`~drmas_envs.search.search_r1`
   (``search-r1-v0``);
-* retrieval: :mod:`~drmas_envs.search.retrievers` (``bm25``, ``dense``, ``http``), :mod:`~drmas_envs.search.server`;
+* retrieval: :mod:`~drmas_envs.search.retrievers` (``bm25``, ``dense``, ``faiss``, ``http``),
+  :mod:`~drmas_envs.search.server`, :mod:`~drmas_envs.search.testing` (a stand-in of the reference's server);
 * data: :mod:`~drmas_envs.search.corpus` (wiki-18 / HotpotQA corpora), :mod:`~drmas_envs.search.synthetic`
   (the offline default benchmark), :mod:`~drmas_envs.search.data` (QA loaders);
 * scoring and parsing: :mod:`~drmas_envs.search.qa_metrics`, :mod:`~drmas_envs.search.parsing`.

@@ -18,12 +18,18 @@ difference is a named option whose default is the reference behaviour (see `docs
    agent, `<verify>no</verify>` to the Search agent (`orchestra:146-148`). A reply with neither verdict routes
    like `missing_verdict` (default `"yes"`: the Answer agent, `verifier_agent.py:78-79`).
 2. **"no" before the last step**: the **Search agent** writes `<search>query</search>`; the top-`topk` passages
-   are retrieved and the step is stored in the shared memory; the next step begins (`orchestra:151`).
+   are retrieved and the step is stored in the shared memory; the next step begins (`orchestra:151`). The
+   env acts on the projected reply `<search>query</search>`; if that holds an `<answer>...</answer>` pair (inside
+   the query), the episode **ends there** and is scored like an answer, nothing is retrieved (`env.py:58-61`:
+   an answer pair in *any* action ends the episode, and the reference checks it before searching;
+   `termination="answer_agent"`, the drmas v0 rule, treats it as a search).
 3. **"no" at the last step**: nobody else acts (`orchestra:151`, `step < max_steps`); the step limit ends the
    episode without an answer: reward 0, *truncated* (the reference's `env.py:59-60`). Option
    `last_step_no="answer"` instead routes to the Answer agent (drmas v0 behaviour, a "forced answer").
 4. **"yes"**: the **Answer agent** replies. With an `<answer>...</answer>` pair the episode terminates and is
-   scored (`env.py:61`). Without one (`answer_without_tag="continue"`, the reference) the step is stored with an
+   scored (`env.py:61`). The prediction is the last `<answer>` pair of the episode's whole history, as the
+   reference scores its concatenated chat history (`env.py:49-53`, `utils.py:65-76`; the same as the reply's
+   own pair unless an earlier search query left an `<answer>` open). Without one (`answer_without_tag="continue"`, the reference) the step is stored with an
    empty action and the next step begins (`env.py:97-112`), or at the last step the step limit ends the episode
    (reward 0, truncated). `answer_without_tag="end"` ends the episode with the empty answer (drmas v0 behaviour).
 
@@ -56,7 +62,8 @@ reply without `<think>` is still run, an Answer reply without `<think>` is still
 
 EM after SQuAD normalisation, max over gold answers (:mod:`drmas_envs.search.qa_metrics`, the reference's
 `em_check`); `em`, `f1`, `subem`, `prediction`, `golds`, `num_searches`, `steps`, `forced_answer`,
-`ended_by` (`"answer"`, `"step_limit"` or `"no_answer_tag"`) are added to every agent's final infos.
+`ended_by` (`"answer"`, `"search_answer"`, `"step_limit"` or `"no_answer_tag"`) are added to every agent's final
+infos.
 `format_penalty` defaults to 0.01 (`examples/drmas_trainer/run_search.sh`, `invalid_action_penalty_coef`).
 
 ## Arguments
@@ -67,10 +74,17 @@ EM after SQuAD normalisation, max over gold answers (:mod:`drmas_envs.search.qa_
 `max_steps=4`, `history_length=4`, `format_penalty=0.01`, `max_action_chars=20000` (replies are cut to this
 before parsing), `prompts` (overrides of `ORCHESTRATOR_PROMPTS` keys), and the fidelity options
 `missing_verdict="yes"`, `last_step_no="end"`, `answer_without_tag="continue"`, `require_think=True`,
-`reject_cjk=True`, `information_format="reference"`; `render_mode`. The drmas v0 rules are
-`missing_verdict="no", last_step_no="answer", answer_without_tag="end", require_think=False`.
-A retriever failure (e.g. the HTTP server is down) raises `RetrieverUnavailableError`: it is infrastructure, not
-agent behaviour.
+`reject_cjk=True`, `information_format="reference"`, `termination="reference"`,
+`retrieval_failure="observation"`; `render_mode`. The drmas v0 rules are `missing_verdict="no",
+last_step_no="answer", answer_without_tag="end", require_think=False, termination="answer_agent",
+retrieval_failure="raise"`.
+
+**Retrieval failures** (the server unreachable or failing past the retriever's retries,
+`RetrieverUnavailableError`): as the reference's search tool, the failure becomes the step's observation,
+`<information>{"result": "Search error: <what failed>"}</information>` (`tools/search.py:211-216`), with a warning
+in the log and `retrieval_error` in the Search agent's step infos. `retrieval_failure="raise"` stops the run
+instead. A misconfigured retriever (`RetrieverError`: a server that rejects the request, a wrong protocol)
+always raises.
 
 ## Version History
 
@@ -82,6 +96,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -92,12 +107,17 @@ from drmas_envs.core.factories import make_factories
 from drmas_envs.core.projection import project_action
 from drmas_envs.search.base import SearchTextEnv, check_ints
 from drmas_envs.search.corpus import Passage
-from drmas_envs.search.parsing import neutralize_tags, reference_verdict
+from drmas_envs.search.parsing import has_answer_pair, last_answer, neutralize_tags, reference_verdict
 from drmas_envs.search.prompts import ORCHESTRATOR_PROMPT_FIELDS, ORCHESTRATOR_PROMPTS
 from drmas_envs.search.qa_metrics import qa_scores
-from drmas_envs.search.retrievers import format_passages
+from drmas_envs.search.retrievers import RetrieverUnavailableError, format_passages
 
-__all__ = ["SearchOrchestratorEnv", "SearchRecord", "format_information", "raw_env", "env", "parallel_env"]
+__all__ = [
+    "SearchOrchestratorEnv", "SearchRecord", "format_information", "format_search_error", "raw_env", "env",
+    "parallel_env",
+]
+
+log = logging.getLogger(__name__)
 
 #: queries are cut to this many characters before retrieval
 MAX_QUERY_CHARS = 512
@@ -111,6 +131,8 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "last_step_no": ("end", "answer"),
     "answer_without_tag": ("continue", "end"),
     "information_format": ("reference", "search_r1"),
+    "termination": ("reference", "answer_agent"),
+    "retrieval_failure": ("observation", "raise"),
 }
 
 
@@ -136,6 +158,21 @@ def format_information(passages: Sequence[Passage], style: str = "reference") ->
     else:
         result = "No search results found."
     return "<information>" + json.dumps({"result": result}) + "</information>"
+
+
+def format_search_error(reason: str, style: str = "reference") -> str:
+    """A failed retrieval as an agent sees it: the reference's search tool turns the failure into its result
+    text, ``{"result": "Search error: <error>"}`` (``.../skyrl_gym/tools/search.py:211-216``; its error text names a
+    random request id and the ``requests`` exception, drmas's names the httpx exception and the attempts).
+
+    Raises:
+        ValueError: unknown ``style``.
+    """
+    if style == "search_r1":
+        return f"<information>\nSearch error: {neutralize_tags(reason)}\n</information>"
+    if style != "reference":
+        raise ValueError(f"information_format must be one of {OPTION_CHOICES['information_format']}, got {style!r}")
+    return "<information>" + json.dumps({"result": f"Search error: {neutralize_tags(reason)}"}) + "</information>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,8 +226,9 @@ class SearchOrchestratorEnv(SearchTextEnv):
     memory: list[SearchRecord]  # every completed env step of this episode, in order
     prediction: str  # the Answer agent's extracted answer ("" when none)
     forced_answer: bool  # last_step_no="answer" sent a "no" at the last step to the Answer agent
-    ended_by: str  # "answer", "step_limit" or "no_answer_tag" once the episode is over
+    ended_by: str  # "answer", "search_answer", "step_limit" or "no_answer_tag" once the episode is over
     team_context: str  # teammates' outputs of the current env step (the reference's team_context)
+    transcript: str  # the episode's actions and observations, concatenated (the reference's chat_history)
 
     default_prompts = ORCHESTRATOR_PROMPTS
 
@@ -207,12 +245,15 @@ class SearchOrchestratorEnv(SearchTextEnv):
         require_think: bool = True,
         reject_cjk: bool = True,
         information_format: str = "reference",
+        termination: str = "reference",
+        retrieval_failure: str = "observation",
         **shared: Any,
     ) -> None:
         """See the module docstring; ``shared``: the data arguments of :class:`~drmas_envs.search.base.SearchTextEnv`."""
         check_ints(max_steps=(max_steps, 1), history_length=(history_length, 0))
         for name, value in (("missing_verdict", missing_verdict), ("last_step_no", last_step_no),
-                            ("answer_without_tag", answer_without_tag), ("information_format", information_format)):
+                            ("answer_without_tag", answer_without_tag), ("information_format", information_format),
+                            ("termination", termination), ("retrieval_failure", retrieval_failure)):
             if value not in OPTION_CHOICES[name]:
                 raise ValueError(f"{name} must be one of {OPTION_CHOICES[name]}, got {value!r}")
         for name, value in (("require_think", require_think), ("reject_cjk", reject_cjk)):
@@ -223,6 +264,7 @@ class SearchOrchestratorEnv(SearchTextEnv):
         self.max_steps, self.history_length = max_steps, history_length
         self.missing_verdict, self.last_step_no, self.answer_without_tag = missing_verdict, last_step_no, answer_without_tag
         self.require_think, self.reject_cjk, self.information_format = require_think, reject_cjk, information_format
+        self.termination, self.retrieval_failure = termination, retrieval_failure
 
     def role(self, agent: str) -> str:
         """Display role name (``"Search Agent"``) of an agent id."""
@@ -236,6 +278,7 @@ class SearchOrchestratorEnv(SearchTextEnv):
         self.forced_answer = False
         self.ended_by = ""
         self.team_context = ""
+        self.transcript = ""
         return "verifier"
 
     def env_prompt(self) -> str:
@@ -259,6 +302,8 @@ class SearchOrchestratorEnv(SearchTextEnv):
         self.team_context += self.prompts["team_output"].format(role=self.role(agent), text=text)
 
     def _next_step(self, record: SearchRecord) -> None:
+        # the reference's chat history: the step's action, then its observation (env.py:81,123-124,74)
+        self.transcript += record.action + (f"\n{record.information}\n" if record.information else "")
         self.memory.append(record)
         self.step_index += 1
         self.team_context = ""
@@ -283,19 +328,38 @@ class SearchOrchestratorEnv(SearchTextEnv):
             return Turn(projection.valid, None, truncated=True, info=info)
         if agent == "search":
             projection = project_action(text, "search", check_think=self.require_think, reject_cjk=self.reject_cjk)
+            if self.termination == "reference" and has_answer_pair(projection.action):
+                # the reference's env ends the episode on an answer pair in any action, before searching
+                # (env.py:58-61,84-95), and scores the last answer pair of the whole history (env.py:49-53)
+                self.prediction = last_answer(self.transcript + projection.action) or ""
+                self.ended_by = "search_answer"
+                return Turn(projection.valid, None, info={"query": None, "retrieved_ids": [],
+                                                          "prediction": self.prediction, "step": self.step_index})
             query = None if projection.content is None else projection.content[:MAX_QUERY_CHARS]
             passages: tuple[Passage, ...] = ()
             information = ""
+            info: dict[str, Any] = {"query": query, "retrieved_ids": [], "step": self.step_index}
             if query:  # an empty query retrieves nothing (a retriever's answer to "" is arbitrary)
-                passages = tuple(self.retriever.search([query], self.topk)[0])
-                information = format_information(passages, self.information_format)
+                try:
+                    passages = tuple(self.retriever.search([query], self.topk)[0])
+                    information = format_information(passages, self.information_format)
+                except RetrieverUnavailableError as err:
+                    if self.retrieval_failure == "raise":
+                        raise
+                    log.warning("search-orchestrator-v0: retrieval failed, the agents see the error: %s", err)
+                    information = format_search_error(err.reason, self.information_format)
+                    info["retrieval_error"] = err.reason
+            info["retrieved_ids"] = [p.id for p in passages]
             self._next_step(SearchRecord(self.step_index, projection.action, query or None, passages, information))
-            return Turn(projection.valid, "verifier",
-                        info={"query": query, "retrieved_ids": [p.id for p in passages], "step": self.step_index - 1})
+            return Turn(projection.valid, "verifier", info=info)
         projection = project_action(text, "answer", check_think=self.require_think, reject_cjk=self.reject_cjk)
         info = {"prediction": projection.content or "", "step": self.step_index}
         if projection.content is not None:
-            self.prediction = projection.content
+            if self.termination == "reference":  # the last answer pair of the whole history (env.py:49-53)
+                self.prediction = last_answer(self.transcript + projection.action) or ""
+            else:
+                self.prediction = projection.content
+            info["prediction"] = self.prediction
             self.ended_by = "answer"
             return Turn(projection.valid, None, info=info)
         if self.answer_without_tag == "end":

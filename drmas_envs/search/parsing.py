@@ -17,7 +17,7 @@ from drmas_envs.core.tags import MAX_ACTION_CHARS, extract_tag, parse_verdict, t
 
 __all__ = [
     "MAX_ACTION_CHARS", "PROTOCOL_TAGS", "extract_tag", "first_tag", "parse_verdict", "reference_verdict",
-    "neutralize_tags",
+    "neutralize_tags", "has_answer_pair", "last_answer",
 ]
 
 #: Tag names of the search protocols; retrieved text may not forge them (see :func:`neutralize_tags`).
@@ -42,6 +42,34 @@ def reference_verdict(projected: str) -> str | None:
     if "<verify>no</verify>" in lowered:
         return "no"
     return None
+
+
+def has_answer_pair(action: str) -> bool:
+    """Whether an env action ends a reference search episode: it contains both ``<answer>`` and ``</answer>``
+    (``langfengQ/DrMAS .../skyrl_gym/envs/search/env.py:58-61``, in any order)."""
+    return "<answer>" in action and "</answer>" in action
+
+
+def last_answer(transcript: str) -> str | None:
+    """The reference's ``extract_solution`` (``.../skyrl_gym/envs/search/utils.py:65-76``): the stripped content of
+    the last non-overlapping ``<answer>...</answer>`` match (leftmost-first, shortest), else ``None``.
+
+    Same result as ``re.finditer(r"<answer>(.*?)</answer>", transcript, re.DOTALL)``, in one linear pass (the
+    regex rescans the text from every unclosed ``<answer>``).
+
+    >>> last_answer("<answer> a </answer> x <answer>b</answer>"), last_answer("<answer>a<answer>b</answer>")
+    ('b', 'a<answer>b')
+    """
+    found, pos = None, 0
+    while True:
+        start = transcript.find("<answer>", pos)
+        if start < 0:
+            return found
+        end = transcript.find("</answer>", start + len("<answer>"))
+        if end < 0:
+            return found
+        found = transcript[start + len("<answer>") : end].strip()
+        pos = end + len("</answer>")
 
 
 _FORGED = re.compile(r"<(?=[ \t]*/?[ \t]*(?:" + "|".join(PROTOCOL_TAGS) + r")\b)", re.I)

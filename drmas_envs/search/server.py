@@ -112,7 +112,8 @@ class ServerThread:
     """Run a retrieval server in a background thread on a real socket; a context manager.
 
     ``port=0`` lets the OS pick a free port (the socket is bound before uvicorn starts, so there is no race).
-    ``url`` is the ``/retrieve`` endpoint once started.
+    ``url`` is the ``/retrieve`` endpoint once started. ``app`` serves another ASGI app instead of
+    :func:`create_app` over ``retriever`` (e.g. :func:`drmas_envs.search.testing.create_reference_protocol_app`).
 
         >>> with ServerThread(retriever) as srv:                      # doctest: +SKIP
         ...     HTTPRetriever(srv.url).search(["q"], 3)
@@ -121,12 +122,15 @@ class ServerThread:
         RetrieverError: the server did not start within ``start_timeout`` seconds.
     """
 
-    def __init__(self, retriever: Retriever, *, host: str = "127.0.0.1", port: int = 0, default_topk: int = 3,
-                 start_timeout: float = 20.0) -> None:
+    def __init__(self, retriever: Retriever | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                 default_topk: int = 3, start_timeout: float = 20.0, app: Any = None) -> None:
         _, uvicorn = _require_server_deps()
+        if (retriever is None) == (app is None):
+            raise ValueError("give exactly one of retriever (served by create_app) or app")
         self._sock = bind_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(create_app(retriever, default_topk=default_topk), log_level="warning", lifespan="off")
+        app = create_app(retriever, default_topk=default_topk) if app is None else app
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
         self._start_timeout = start_timeout

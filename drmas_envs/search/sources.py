@@ -141,13 +141,15 @@ def resolve_retriever(retriever: str | Retriever, passages: Sequence[Passage] | 
     """
     if not isinstance(retriever, str):
         if not callable(getattr(retriever, "search", None)):
-            raise TypeError(f"retriever must be a name ('bm25', 'dense', 'http') or have .search(queries, topk), got {retriever!r}")
+            raise TypeError(f"retriever must be a name ('bm25', 'dense', 'faiss', 'http') or have .search(queries, topk), got {retriever!r}")
         if retriever_kwargs:
             raise TypeError("retriever_kwargs apply only when retriever is given by name")
         return retriever
     kwargs = dict(retriever_kwargs or {})
     if retriever == "http":
         return make_retriever("http", **kwargs)
+    if retriever == "faiss":  # a prebuilt index: its corpus file is read lazily, never loaded by the env
+        return make_retriever("faiss", kwargs.pop("corpus", None), **kwargs)
     if passages is None:
         raise ValueError(f"the {retriever!r} retriever needs a corpus: pass corpus=<wiki-18 .jsonl> or use retriever='http'")
     return make_retriever(retriever, passages, **kwargs)

@@ -256,12 +256,16 @@ RECIPES: dict[str, Recipe] = {
             ),  # fmt: skip
             _build_wiki18,
             ("wiki-18.jsonl", "e5_Flat.index"),
-            "serve it on port 8000 as the reference (examples/search/retriever/retrieval_launch.sh):\n"
+            "serve it on port 8000 (the search presets' URL) with drmas, on this prebuilt index (no re-embedding; "
+            "queries embedded as the reference's server does; the index is ~65 GB: --mmap maps it from disk, "
+            "--faiss-gpu shards it over the GPUs):\n"
+            "  drmas retrieval-server --index {out}/e5_Flat.index --corpus {out}/wiki-18.jsonl "
+            "--model intfloat/e5-base-v2 --device cuda --port 8000\n"
+            "or with the reference's own server (examples/search/retriever/retrieval_launch.sh):\n"
             "  python examples/search/retriever/retrieval_server.py --index_path {out}/e5_Flat.index "
             "--corpus_path {out}/wiki-18.jsonl --topk 3 --retriever_name e5 --retriever_model intfloat/e5-base-v2 "
             "--faiss_gpu --port 8000\n"
-            "or build drmas's own dense index over the same corpus (no FAISS; slow on CPU):\n"
-            "  drmas retrieval-server --corpus {out}/wiki-18.jsonl --retriever dense --model intfloat/e5-base-v2 --port 8000",
+            "the presets' HTTP retriever detects which server it talks to (retriever_kwargs.protocol: auto)",
         ),
     )
 }

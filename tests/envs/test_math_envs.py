@@ -76,8 +76,19 @@ SV_CASES = [
         1.0,
         {"solver": 0.75, "verifier": 1.0},
     ),
-    # max_loops=1: the solver alone; an empty box is invalid and scores 0
-    ([r"\boxed{}"], {"max_loops": 1}, ["solver"], 0.0, {"solver": -0.1, "verifier": 0.0}),
+    # max_loops=1: the solver alone; an empty box scores 0 and is valid under the reference's rule
+    # (agent/utils.py:236-238: extract_answer gives "" not None), invalid under math_verify's
+    ([r"\boxed{}"], {"max_loops": 1}, ["solver"], 0.0, {"solver": 0.0, "verifier": 0.0}),
+    ([r"\boxed{}"], {"max_loops": 1, "grader": "math_verify"}, ["solver"], 0.0, {"solver": -0.1, "verifier": 0.0}),
+    # \fbox and a brace-less \boxed: read by math_verify only (reference: no answer, invalid; utils.py:393-435)
+    ([r"\fbox{7}", APPROVE], {}, ["solver", "verifier"], 0.0, {"solver": -0.1, "verifier": 0.0}),
+    ([r"\fbox{7}", APPROVE], {"grader": "math_verify"}, ["solver", "verifier"], 1.0, {"solver": 1.0, "verifier": 1.0}),
+    ([r"so \boxed 7", APPROVE], {}, ["solver", "verifier"], 0.0, {"solver": -0.1, "verifier": 0.0}),
+    ([r"so \boxed 7", APPROVE], {"grader": "math_verify"}, ["solver", "verifier"], 1.0, {"solver": 1.0, "verifier": 1.0}),
+    # </think>: the reference grades the text after it; a box only in the thinking is valid but scores 0
+    ([r"<think>\boxed{7}</think> it is 7", APPROVE], {}, ["solver", "verifier"], 0.0, {"solver": 0.0, "verifier": 0.0}),
+    ([r"<think>\boxed{7}</think> it is 7", APPROVE], {"grader": "math_verify"}, ["solver", "verifier"], 1.0,
+     {"solver": 1.0, "verifier": 1.0}),
 ]
 
 
@@ -279,7 +290,7 @@ def test_verified_team_signature_lists_its_own_then_the_team_arguments():
 
     params = list(inspect.signature(drmas_envs.spec("math-solver-verifier-v0").load()).parameters)
     assert params == ["data", "max_loops", "missing_verdict", "verdict_rule", "size", "data_seed", "format_penalty",
-                      "max_quote_chars", "prompts", "system_prompt", "grade_timeout_s", "render_mode"]  # fmt: skip
+                      "max_quote_chars", "prompts", "system_prompt", "grader", "grade_timeout_s", "render_mode"]  # fmt: skip
     with pytest.raises(UnknownKwargError, match="unknown keyword argument 'max_loop'. Did you mean 'max_loops'"):
         drmas_envs.make("math-generator-verifier-refiner-v0", max_loop=3)
     env = drmas_envs.make("math-solver-verifier-v0", size=4, max_loops=3, format_penalty=0.2)

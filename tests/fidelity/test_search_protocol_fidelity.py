@@ -124,6 +124,86 @@ def test_tag_less_answer_at_the_last_step_ends_at_the_step_limit():
     assert env.episode_returns == pytest.approx({"verifier": 0.0, "search": 0.0, "answer": -0.01})
 
 
+def test_an_answer_pair_inside_a_search_reply_ends_the_episode():
+    """search:50 projects the Search reply to ``<search>q</search>`` (projection :178-185, return_tag=True); the env
+    ends the episode when that action holds ``<answer>`` and ``</answer>`` (env.py:58-61, checked at :84-86 before
+    any search, so nothing is retrieved), and scores the last answer pair of the history (env.py:49-53,
+    search/utils.py:65-98): EM 1 -> reward 1 for every agent."""
+    env = make_env(max_steps=4)
+    env.reset(seed=0)
+    reply = THINK + "<search>Who founded Amberlo? <answer>Ilsa Varn</answer></search>"
+    acted = play(env, ["<verify>no</verify>", reply])
+    assert acted == ["verifier", "search"] and all(env.terminations.values())
+    final = env.infos["search"]
+    assert (final["ended_by"], final["prediction"], final["em"], final["num_searches"]) == ("search_answer", "Ilsa Varn", 1.0, 0)
+    assert env.episode_returns == pytest.approx({"verifier": 1.0, "search": 1.0, "answer": 1.0})
+    # the same reply under the drmas v0 rule is a search for the whole query text
+    env = make_env(max_steps=4, termination="answer_agent")
+    env.reset(seed=0)
+    play(env, ["<verify>no</verify>", reply])
+    assert env.agent_selection == "verifier" and env.infos["search"]["query"] == "Who founded Amberlo? <answer>Ilsa Varn</answer>"
+
+
+def test_an_answer_pair_outside_the_search_tags_is_dropped_by_the_projection():
+    """projection :178-185: only ``<search>...</search>`` reaches the env, so an answer pair after it is no action;
+    a wrong answer inside the query ends the episode with reward 0."""
+    env = make_env(max_steps=4)
+    env.reset(seed=0)
+    play(env, ["<verify>no</verify>", THINK + "<search>capital of Zorvik</search><answer>Ilsa Varn</answer>"])
+    assert env.agent_selection == "verifier" and env.infos["search"]["query"] == "capital of Zorvik"
+    play(env, ["<verify>no</verify>", THINK + "<search><answer>Quell</answer></search>"])
+    assert all(env.terminations.values()) and env.infos["verifier"]["em"] == 0.0
+    assert env.infos["verifier"]["ended_by"] == "search_answer" and env.infos["verifier"]["num_searches"] == 1
+
+
+def test_the_prediction_is_the_last_answer_pair_of_the_whole_history():
+    """env.py:49-53: compute_score runs on the concatenated chat history; a query that left ``<answer>`` open pairs
+    with the Answer agent's ``</answer>`` (search/utils.py:67-76, non-greedy, leftmost first)."""
+    env = make_env(max_steps=4)
+    env.reset(seed=0)
+    play(env, ["<verify>no</verify>", THINK + "<search>Zorvik <answer> capital</search>", "<verify>yes</verify>",
+               THINK + "<answer>Ilsa Varn</answer>"])  # fmt: skip
+    prediction = env.infos["answer"]["prediction"]
+    assert prediction.startswith("capital</search>") and prediction.endswith("<answer>Ilsa Varn")
+    assert env.infos["answer"]["em"] == 0.0
+    env = make_env(max_steps=4, termination="answer_agent")  # drmas v0: the Answer reply's own pair
+    env.reset(seed=0)
+    play(env, ["<verify>no</verify>", THINK + "<search>Zorvik <answer> capital</search>", "<verify>yes</verify>",
+               THINK + "<answer>Ilsa Varn</answer>"])  # fmt: skip
+    assert env.infos["answer"]["prediction"] == "Ilsa Varn" and env.infos["answer"]["em"] == 1.0
+
+
+class _Down:
+    """A retriever whose server is down (what HTTPRetriever raises once its retries are spent)."""
+
+    name = "down"
+
+    def search(self, queries, topk):
+        from drmas_envs.search.retrievers import RetrieverUnavailableError
+
+        raise RetrieverUnavailableError("server at http://127.0.0.1:1/retrieve is unavailable: ...",
+                                        reason="ConnectError: [Errno 111] Connection refused (10 attempt(s) in 45.0 s)")
+
+
+def test_a_failed_retrieval_becomes_the_observation():
+    """tools/search.py:211-216: a failed call's result text is ``{"result": "Search error: <error>"}``, wrapped in
+    ``<information>`` by env.py:74 and stored in the memory (manager:46-49); the run goes on."""
+    env = drmas_envs.make(ENV_ID, tasks=ListTaskSource([TASK]), retriever=_Down())
+    env.reset(seed=0)
+    play(env, ["<verify>no</verify>", THINK + "<search>capital of Zorvik</search>"])
+    error = "ConnectError: [Errno 111] Connection refused (10 attempt(s) in 45.0 s)"
+    assert env.infos["search"]["retrieval_error"] == error and env.infos["search"]["retrieved_ids"] == []
+    prompt = env.observe("verifier")["messages"][1]["content"]
+    assert "Step 1:<search>capital of Zorvik</search> <information>" + json.dumps({"result": "Search error: " + error}) in prompt
+    from drmas_envs.search.retrievers import RetrieverUnavailableError
+
+    env = drmas_envs.make(ENV_ID, tasks=ListTaskSource([TASK]), retriever=_Down(), retrieval_failure="raise")
+    env.reset(seed=0)
+    env.step("<verify>no</verify>")
+    with pytest.raises(RetrieverUnavailableError, match="is unavailable"):
+        env.step(THINK + "<search>capital of Zorvik</search>")
+
+
 # ---- 2. what each agent sees ------------------------------------------------------------------------------
 
 

@@ -1,11 +1,12 @@
-"""The http retriever's ``timeout`` is a whole-call deadline (issue 14 item 4b): a server on 127.0.0.1 that
-trickles its reply one byte at a time fails inside the deadline, retries included; a reply that completes in
-time is still read.
+"""The http retriever's deadlines are wall-clock (issue 14 item 4b): a server on 127.0.0.1 that trickles its reply
+one byte at a time fails inside ``timeout`` per attempt and inside ``total_timeout`` per call, retries included; a
+reply that completes in time is still read.
 
-No assert reads a clock: the trickled reply never ends (a ``Content-Length`` of 10**12 bytes at 10 bytes/s), each
-byte arrives well within httpx's per-read timeout, so only the whole-call deadline can end the call; the evidence
-is the error, the one connection made, and the server seeing the client hang up mid-reply (the abandoned attempt
-stops reading). How close to the deadline the call returns is measured by ``benchmarks/perf/time_bounds.py``."""
+No assert reads a clock: the trickled reply never ends (a ``Content-Length`` of 10**12 bytes at 10 bytes/s), or
+ends long after the attempt's deadline, and each byte arrives well within httpx's per-read timeout, so only the
+deadlines can end the call; the evidence is the error, the connections made, and the server seeing the client hang
+up mid-reply (the abandoned attempt stops reading). How close to the deadline the call returns is measured by
+``benchmarks/perf/time_bounds.py``."""
 
 from __future__ import annotations
 
@@ -110,9 +111,9 @@ def trickle():
 def test_trickling_server_fails_inside_the_deadline(trickle):
     # 10 bytes/s without end: each byte arrives well within httpx's per-read timeout
     server = trickle(0.1, endless=True)
-    client = HTTPRetriever(server.url, timeout=1.0, max_retries=3, backoff=0.05)
+    client = HTTPRetriever(server.url, timeout=1.0, max_retries=3, backoff=0.05, total_timeout=1.0)
     with pytest.raises(RetrieverUnavailableError, match=r"is unavailable: (ReadTimeout|TimeoutException): .*deadline.*"
-                                                        r"timeout 1 s"):  # fmt: skip
+                                                        r"1 s per attempt.*1 s in all"):  # fmt: skip
         client.search(["capital of France"], 1)
     # the deadline covers the retries: no second attempt once it is spent (and none at all only if the machine
     # froze for the whole 1 s between computing the deadline and sending the first request)
@@ -120,6 +121,16 @@ def test_trickling_server_fails_inside_the_deadline(trickle):
     # the abandoned attempt hangs up at its next byte past the deadline, ~0.1 s later (the 60 s wait is a hang
     # guard, 600x that); were it left reading, the reply would keep trickling for 10**11 s
     assert server.hung_up.wait(60) or server.connections == 0
+
+
+def test_each_attempt_has_its_own_deadline(trickle):
+    """Without total_timeout (the reference's budget), every attempt still ends at ``timeout``: the endless reply
+    would otherwise hold the first attempt for ever."""
+    server = trickle(0.1, endless=True)
+    client = HTTPRetriever(server.url, timeout=0.5, max_retries=1, backoff=0.0)
+    with pytest.raises(RetrieverUnavailableError, match=r"ReadTimeout|TimeoutException") as err:
+        client.search(["capital of France"], 1)
+    assert "2 attempt(s)" in err.value.reason and server.connections == 2
 
 
 def test_slow_but_complete_reply_within_the_deadline_is_read(trickle):

@@ -1,6 +1,4 @@
 import socket
-import threading
-import time
 
 import httpx
 import pytest
@@ -13,6 +11,7 @@ from drmas_envs.search.retrievers import RetrieverError, RetrieverUnavailableErr
 from drmas_envs.search.retrievers.http import HTTPRetriever  # noqa: E402
 from drmas_envs.search.server import ServerThread  # noqa: E402
 from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia  # noqa: E402
+from drmas_envs.search.testing import ReferenceProtocolServer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +51,13 @@ def test_wire_format_is_search_r1(server):
 
 
 def test_bad_request_is_a_clear_error(server):
-    client = HTTPRetriever(server.url)
-    with pytest.raises(RetrieverError, match="answered HTTP 422"):
-        client._post({"queries": "not a list"}, time.monotonic() + 60)  # roomy: the point is the 422
-    with pytest.raises(RetrieverError, match="answered HTTP 422"):
-        client.search(["q"], 5000)  # topk above the server's max_topk
+    # topk above the server's max_topk: both bodies rejected, one error that says so (no retry, no traceback of 422s)
+    with pytest.raises(RetrieverError, match=r"rejected both request bodies, \{'query': str\}.*HTTP 422.*"
+                                             r"\{'queries': \[str, \.\.\.\]\}.*HTTP 422"):  # fmt: skip
+        HTTPRetriever(server.url).search(["q"], 5000)
+    with pytest.raises(RetrieverError, match=r"rejected the request body of protocol='search_r1'.*HTTP 422.*"
+                                             r"Set retriever_kwargs.protocol: auto"):  # fmt: skip
+        HTTPRetriever(server.url, protocol="search_r1").search(["q"], 5000)
 
 
 def _free_port() -> int:
@@ -114,8 +115,8 @@ def test_hanging_server_times_out_once_for_the_whole_call():
     How close to the 1 s budget it returns is measured by ``benchmarks/perf/time_bounds.py``."""
     server = _SilentServer()
     try:
-        client = HTTPRetriever(server.url, timeout=1.0, max_retries=5)
-        with pytest.raises(RetrieverUnavailableError, match=r"(ReadTimeout|TimeoutException): .*timeout 1 s"):
+        client = HTTPRetriever(server.url, timeout=1.0, max_retries=5, total_timeout=1.0)
+        with pytest.raises(RetrieverUnavailableError, match=r"(ReadTimeout|TimeoutException): .*1 s in all"):
             client.search(["q"], 3)
         # one connection (none only if the machine froze for the whole 1 s before the first request was sent)
         assert server.connections() <= 1
@@ -129,6 +130,11 @@ def test_hanging_server_times_out_once_for_the_whole_call():
         ({"url": "127.0.0.1:8000"}, "url must be an http"),
         ({"timeout": 0}, "timeout must be > 0 seconds, got 0"),
         ({"max_retries": -1}, "max_retries must be an int >= 0, got -1"),
+        ({"backoff": -1}, "backoff must be >= 0 seconds, got -1"),
+        ({"total_timeout": 0}, "total_timeout must be > 0 seconds or None, got 0"),
+        ({"url": []}, "or a non-empty list of them, got"),
+        ({"url": ["http://a/retrieve", "b"]}, "or a non-empty list of them, got"),
+        ({"protocol": "grpc"}, r"protocol must be one of \('auto', 'drmas', 'search_r1'\), got 'grpc'"),
     ],
 )
 def test_bad_client_config(kwargs, match):
@@ -240,72 +246,92 @@ def test_server_rejects_ambiguous_bodies(server, body):
         assert "give exactly one of 'queries'" in resp.text
 
 
-def _wait_started(uv, thread: threading.Thread, limit_s: float = 300.0) -> None:
-    """Wait for uvicorn's own ``started`` flag; fail early if its thread died, and only after a roomy 5 minutes
-    (start-up on a socket bound beforehand takes well under a second) if it never comes."""
-    deadline = time.monotonic() + limit_s
-    while not uv.started:
-        assert thread.is_alive(), "the test server's thread died during start-up"
-        assert time.monotonic() < deadline, f"the test server did not start within {limit_s} s"
-        time.sleep(0.01)
-
-
 @pytest.fixture(scope="module")
 def reference_server(local):
-    """A stand-in for the Dr. MAS reference server: its request model and reply, field for field
-    (langfengQ/DrMAS examples/search/retriever/retrieval_server.py:304-345), over our BM25 index."""
+    """The Dr. MAS reference server's HTTP interface (retrieval_server.py:304-345) over our BM25 index."""
+    with ReferenceProtocolServer(local, start_timeout=300) as srv:
+        yield srv
+
+
+def test_reference_stand_in_rejects_a_batch_as_the_reference_does(reference_server):
+    resp = httpx.post(reference_server.url, json={"queries": ["a"], "topk": 3})
+    assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", "query"]
+    plain = httpx.post(reference_server.url, json={"query": "Dormonlo Systems", "topk": 0}).json()  # 0: default 3
+    assert len(plain["result"]) == 1 and len(plain["result"][0]) == 3 and set(plain["result"][0][0]) == {"id", "contents"}
+
+
+def test_http_retriever_detects_the_reference_protocol(reference_server, local):
+    """protocol="auto" (default): no 422 reaches the caller; every search is one {"query"} request."""
+    queries = ["Dormonlo Systems", "zzzz unknown", "capital"]
+    before = len(reference_server.requests)
+    client = HTTPRetriever(reference_server.url)
+    assert client.search(queries, 3) == local.search(queries, 3)
+    assert reference_server.requests[before:] == [{"query": q, "topk": 3, "return_scores": True} for q in queries]
+    assert client.search(queries[:1], 2) == local.search(queries[:1], 2) and client._detected == "drmas"
+    assert HTTPRetriever(reference_server.url, protocol="drmas").search(queries, 3) == local.search(queries, 3)
+
+
+def test_http_retriever_detects_a_batch_server(local):
+    """A Search-R1-style server ({"queries"} required) answers 422 to the first body: auto switches to a batch."""
     import fastapi
-    import uvicorn
     from pydantic import BaseModel
 
-    from drmas_envs.search.server import bind_socket
-
-    class QueryRequest(BaseModel):
-        query: str
+    class BatchRequest(BaseModel):  # Search-R1 search_r1/search/retrieval_server.py QueryRequest
+        queries: list[str]
         topk: int | None = None
         return_scores: bool = False
 
     app = fastapi.FastAPI()
-    bodies = []
 
     @app.post("/retrieve")
-    def retrieve(request: QueryRequest):
-        bodies.append(request.model_dump())
-        hits = local.search([request.query], request.topk or 3)[0]
-        docs = [{"id": p.id, "contents": p.contents} for p in hits]
-        if request.return_scores:
-            return {"result": [[{"document": d, "score": p.score} for d, p in zip(docs, hits, strict=True)]]}
-        return {"result": [docs]}
+    def retrieve(request: BatchRequest):
+        hits = local.search(request.queries, request.topk or 3)
+        return {"result": [[{"document": p.to_document(), "score": p.score} for p in h] for h in hits]}
 
-    sock = bind_socket()
-    uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    _wait_started(uv, thread)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/retrieve", bodies
-    uv.should_exit = True
-    thread.join(timeout=300)
-    sock.close()
+    with ServerThread(app=app, start_timeout=300) as srv:
+        client = HTTPRetriever(srv.url)
+        assert client.search(["Dormonlo Systems", "capital"], 3) == local.search(["Dormonlo Systems", "capital"], 3)
+        assert client._detected == "search_r1"
+        with pytest.raises(RetrieverError, match=r"does not take the body protocol='drmas' sends \(\{'query': str\} "
+                                                 r".*it wants \{'queries': \[str, \.\.\.\]\} \(a batch\), the body of "
+                                                 r"Search-R1's retrieval server\. Set retriever_kwargs.protocol: "
+                                                 r"search_r1 \(or auto\)"):  # fmt: skip
+            HTTPRetriever(srv.url, protocol="drmas").search(["q"], 3)
 
 
-def test_http_retriever_uses_the_drmas_reference_server(reference_server, local):
-    url, bodies = reference_server
-    queries = ["Dormonlo Systems", "zzzz unknown", "capital"]
-    with pytest.raises(RetrieverError, match="answered HTTP 422"):  # it does not take a batch
-        HTTPRetriever(url).search(queries, 3)
-    client = HTTPRetriever(url, protocol="drmas")
-    assert client.search(queries, 3) == local.search(queries, 3)
-    assert bodies[-3:] == [{"query": q, "topk": 3, "return_scores": True} for q in queries]
-    assert "protocol='drmas'" in repr(client)
-    with pytest.raises(ValueError, match=r"protocol must be one of \('search_r1', 'drmas'\), got 'grpc'"):
-        HTTPRetriever(url, protocol="grpc")
+def test_wrong_protocol_is_one_clear_error(reference_server):
+    with pytest.raises(RetrieverError, match=r"does not take the body protocol='search_r1' sends .* it wants "
+                                             r"\{'query': str\} \(one query per request\), the body of the Dr\. MAS "
+                                             r"reference server .*Set retriever_kwargs.protocol: drmas \(or auto\)"):  # fmt: skip
+        HTTPRetriever(reference_server.url, protocol="search_r1").search(["Dormonlo Systems"], 3)
+
+
+def test_round_robin_over_urls(local):
+    """A list of URLs (the reference's search_url list): requests alternate; a retry moves to the next URL."""
+    with ReferenceProtocolServer(local, start_timeout=300) as a, ReferenceProtocolServer(local, start_timeout=300) as b:
+        client = HTTPRetriever([a.url, b.url])
+        for q in ["Dormonlo Systems", "capital", "founder", "robotics"]:
+            assert client.search([q], 3) == local.search([q], 3)
+        assert (len(a.requests), len(b.requests)) == (2, 2)
+        assert [r["query"] for r in a.requests] == ["Dormonlo Systems", "founder"]
+        down = f"http://127.0.0.1:{_free_port()}/retrieve"
+        failover = HTTPRetriever([down, a.url], backoff=0)
+        assert [failover.search([q], 3) for q in ("capital", "founder")] == [local.search([q], 3) for q in ("capital", "founder")]
+        assert [r["query"] for r in a.requests[2:]] == ["capital", "founder"]
+        assert "http" in repr(failover) and str([down, a.url]) in repr(failover)
+
+
+def test_retrieval_budget_is_the_reference_s():
+    """ppo_trainer.yaml:329 (timeout 60) and tools/search.py:16,77 (10 attempts, waits 1, 2, ... s)."""
+    client = HTTPRetriever()
+    assert (client.timeout, client.max_retries, client.backoff, client.total_timeout) == (60.0, 9, 1.0, None)
+    assert client.protocol == "auto" and client.urls == ("http://127.0.0.1:8000/retrieve",)
 
 
 def test_env_over_the_drmas_reference_server(reference_server):
     import drmas_envs
 
-    url, _ = reference_server
-    env = drmas_envs.make("search-orchestrator-v0", retriever="http", retriever_kwargs={"url": url, "protocol": "drmas"})
+    env = drmas_envs.make("search-orchestrator-v0", retriever="http", retriever_kwargs={"url": reference_server.url})
     env.reset(seed=5)
     env.step("<verify>no</verify>")
     env.step(f"<think>t</think><search>{env.unwrapped.task.question}</search>")

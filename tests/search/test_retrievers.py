@@ -55,7 +55,7 @@ def test_corpus_from_file(tmp_path):
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: make_retriever("splade", CORPUS), ValueError, r"unknown retriever 'splade'; accepted: \['bm25', 'dense', 'http'\]"),
+        (lambda: make_retriever("splade", CORPUS), ValueError, r"unknown retriever 'splade'; accepted: \['bm25', 'dense', 'faiss', 'http'\]"),
         (lambda: make_retriever("bm25"), ValueError, "the bm25 retriever needs a corpus"),
         (lambda: make_retriever("http", CORPUS), ValueError, "the http retriever takes no corpus"),
         (lambda: BM25Retriever([]), ValueError, "BM25Retriever needs a non-empty corpus"),
@@ -82,13 +82,14 @@ def test_core_import_pulls_no_heavy_deps():
 
     code = (
         "import sys, drmas_envs, drmas_envs.search, drmas_envs.search.orchestrator, drmas_envs.search.search_r1;"
-        "import drmas_envs.search.retrievers.dense, drmas_envs.search.server;"
+        "import drmas_envs.search.retrievers.dense, drmas_envs.search.retrievers.faiss_index, drmas_envs.search.server;"
+        "import drmas_envs.search.testing;"
         "heavy = [m for m in ('torch', 'faiss', 'sentence_transformers', 'fastapi', 'uvicorn') if m in sys.modules];"
         "print(heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
-    assert set(RETRIEVERS) == {"bm25", "dense", "http"}
+    assert set(RETRIEVERS) == {"bm25", "dense", "faiss", "http"}
 
 
 @pytest.mark.slow

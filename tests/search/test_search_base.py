@@ -18,7 +18,7 @@ def test_signatures_list_own_then_shared_arguments_with_own_defaults():
     orch = inspect.signature(SearchOrchestratorEnv).parameters
     r1 = inspect.signature(SearchR1Env).parameters
     fidelity_options = ["missing_verdict", "last_step_no", "answer_without_tag", "require_think", "reject_cjk",
-                        "information_format"]  # fmt: skip
+                        "information_format", "termination", "retrieval_failure"]  # fmt: skip
     assert list(orch) == ["tasks", "max_steps", "history_length", "format_penalty", *fidelity_options, *SHARED]
     assert list(r1) == ["tasks", "max_turns", "format_penalty", *SHARED]
     assert (orch["format_penalty"].default, r1["format_penalty"].default, r1["topk"].default) == (0.01, 0.0, 3)

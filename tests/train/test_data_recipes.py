@@ -213,4 +213,12 @@ def test_wiki18_decompresses_and_joins_the_index_parts(tmp_path, capsys):
     assert (out / "e5_Flat.index").read_bytes() == b"\x00\x01" * 10 + b"\xff" * 3
     printed = capsys.readouterr().out
     assert f"--index_path {out}/e5_Flat.index --corpus_path {out}/wiki-18.jsonl --topk 3" in printed
+    # drmas's own server on the same files, with the retrieval-server CLI's real flags
+    command = f"drmas retrieval-server --index {out}/e5_Flat.index --corpus {out}/wiki-18.jsonl --model intfloat/e5-base-v2"
+    assert command in printed
+    from drmas_train.commands.retrieval_server import _parser
+
+    args = _parser().parse_args(command.split()[2:] + ["--device", "cuda", "--port", "8000"])
+    assert (args.index, args.corpus, args.model, args.device, args.port) == (
+        f"{out}/e5_Flat.index", f"{out}/wiki-18.jsonl", "intfloat/e5-base-v2", "cuda", 8000)
     assert json.loads((out / "MANIFEST.json").read_text())["outputs"]["wiki-18.jsonl"]["rows"] == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -54,6 +55,31 @@ def test_every_paper_preset_uses_reference_sampling_and_data(name):
     else:
         assert cfg.env.kwargs["tasks"] == "data/drmas_search/train.jsonl"
         assert not any(m.name_or_path.startswith("Qwen/Qwen2.5-") and "Instruct" in m.name_or_path for m in cfg.models.values())
+
+
+@pytest.mark.parametrize("name", MATH + SEARCH + ["quickstart_math", "quickstart_math_grpo", "quickstart_search"])
+def test_presets_grade_and_retrieve_as_the_reference(name):
+    """Paper math presets use the reference's reward (math_reward.py) and search presets a retriever that speaks
+    the reference server's protocol (retrieval_server.py:304-307) with the reference's budget; the quickstart math
+    presets choose math-verify (their preset says why)."""
+    import drmas_envs
+    from drmas_envs.math.grading import MathGrader
+    from drmas_envs.math.reference_grading import ReferenceGrader
+    from drmas_envs.search.retrievers.http import HTTPRetriever
+
+    cfg = load_config(name)
+    kwargs = dict(cfg.env.kwargs)
+    if "math" in name:
+        env = drmas_envs.make(cfg.env.id, data=cfg.env.data if name.startswith("quickstart") else None, **kwargs)
+        expected = MathGrader if name.startswith("quickstart") else ReferenceGrader
+        assert type(env.unwrapped.grader) is expected
+    elif name in SEARCH:
+        retriever = HTTPRetriever(**kwargs["retriever_kwargs"])
+        assert (retriever.protocol, retriever.timeout, retriever.max_retries) == ("auto", 60.0, 9)
+        spec = drmas_envs.spec(cfg.env.id)
+        defaults = {k: v.default for k, v in inspect.signature(spec.load()).parameters.items()}
+        assert (defaults["termination"], defaults["retrieval_failure"]) == ("reference", "observation")
+        assert not {"termination", "retrieval_failure"} & set(kwargs)
 
 
 def test_search_hetero_is_the_reference_mix():

@@ -1,4 +1,5 @@
-"""Retrievers: ``bm25`` (bm25s), ``dense`` (sentence-transformers + faiss), ``http`` (retrieval-server client).
+"""Retrievers: ``bm25`` (bm25s), ``dense`` (sentence-transformers + faiss, built in process), ``faiss`` (a
+prebuilt FAISS index + JSONL corpus, e.g. the paper's e5 index of wiki-18), ``http`` (retrieval-server client).
 
 ``make_retriever(name, corpus=..., **kwargs)`` builds one; in-process retrievers are *shared*: the same name,
 corpus content (hash) and kwargs return the same object, so building 64 env instances builds one index.
@@ -37,6 +38,7 @@ __all__ = [
 RETRIEVERS: dict[str, str] = {
     "bm25": "drmas_envs.search.retrievers.bm25:BM25Retriever",
     "dense": "drmas_envs.search.retrievers.dense:DenseRetriever",
+    "faiss": "drmas_envs.search.retrievers.faiss_index:FaissIndexRetriever",
     "http": "drmas_envs.search.retrievers.http:HTTPRetriever",
 }
 
@@ -68,11 +70,14 @@ def make_retriever(name: str, corpus: Sequence[Passage] | str | Path | None = No
     """Build (or reuse) a retriever.
 
     Args:
-        name: ``"bm25"``, ``"dense"`` or ``"http"``.
-        corpus: passages or a wiki-18 JSONL path; required for ``bm25``/``dense``, unused by ``http``.
+        name: ``"bm25"``, ``"dense"``, ``"faiss"`` or ``"http"``.
+        corpus: passages or a wiki-18 JSONL path; required for ``bm25``/``dense``; for ``faiss`` the JSONL path
+            the index was built from (read lazily, never loaded whole); unused by ``http``.
         shared: reuse the instance built earlier in this process for the same (name, corpus hash, kwargs).
         **kwargs: passed to the class (``BM25Retriever``: cache_dir, k1, b, stemmer; ``DenseRetriever``: model,
-            batch_size, device, cache_dir, e5_prefixes; ``HTTPRetriever``: url, timeout, max_retries, backoff).
+            batch_size, device, cache_dir, e5_prefixes; ``FaissIndexRetriever``: index, model, encoder_name,
+            pooling, max_length, fp16, device, faiss_gpu, mmap, cache_dir; ``HTTPRetriever``: url (one or a list), timeout,
+            max_retries, backoff, total_timeout, protocol).
 
     Raises:
         ValueError: unknown ``name`` (lists the accepted ones) or a missing corpus.
@@ -86,6 +91,11 @@ def make_retriever(name: str, corpus: Sequence[Passage] | str | Path | None = No
             raise ValueError("the http retriever takes no corpus: the server holds it (pass url=...)")
         key: tuple = (name, None, _freeze(kwargs))
         build = lambda: cls(**kwargs)  # noqa: E731
+    elif name == "faiss":
+        if not isinstance(corpus, (str, Path)):
+            raise ValueError("the faiss retriever needs corpus=<path of the JSONL its index was built from>")
+        key = (name, str(Path(corpus).resolve()), _freeze(kwargs))
+        build = lambda: cls(corpus=corpus, **kwargs)  # noqa: E731
     else:
         if corpus is None:
             raise ValueError(f"the {name} retriever needs a corpus: a list of Passage or a wiki-18 JSONL path")

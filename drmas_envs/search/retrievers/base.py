@@ -18,7 +18,16 @@ class RetrieverError(RuntimeError):
 
 
 class RetrieverUnavailableError(RetrieverError):
-    """The retrieval server could not be reached within the configured timeout and retries."""
+    """The retrieval server could not be reached within the configured timeout and retries.
+
+    Attributes:
+        reason: what failed, in one short line (the env shows it to the agents as the search result when
+            ``retrieval_failure="observation"``); the message adds how to fix it.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
 
 
 @runtime_checkable
