@@ -56,6 +56,7 @@ def main(argv: list[str]) -> int:
     if args.print_config:
         print(to_yaml(cfg))
         return 0
+    from drmas_envs.search.retrievers import RetrieverError, RetrieverUnavailableError
     from drmas_train.distributed.errors import DistributedError
     from drmas_train.run.run_dir import RunFinished
     from drmas_train.run.trainer import train
@@ -74,6 +75,10 @@ def main(argv: list[str]) -> int:
     except DistributedError as err:  # a worker group failed for good: the message names the model and what to do
         print(f"drmas train: {err}", file=sys.stderr)
         return 1
+    except RetrieverError as err:  # the search env's retriever: a server that refuses the protocol (a setting: 2), or
+        # one unreachable within the retrieval budget with retrieval_failure: raise (1); checkpoints are kept
+        print(f"drmas train: retrieval failed: {err}", file=sys.stderr)
+        return 1 if isinstance(err, RetrieverUnavailableError) else 2
     except KeyboardInterrupt:
         print("drmas train: interrupted", file=sys.stderr)
         return 130

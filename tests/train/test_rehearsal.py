@@ -3,8 +3,8 @@
 * every paper preset and ``_dist`` twin gets a rehearsal config that loads and validates against its env (fast);
 * every preset's rehearsal config equals, but for the estimator and the run's name and directory, the config of one
   of the presets rehearsed in full below (sizes 4B / 8B and 3B / 7B share their stand-in; a ``_dist`` twin adds the
-  distributed section of the fully rehearsed ``_dist`` presets); the estimators themselves run in the trainer on the
-  tiny env (tests/train/test_trainer.py);
+  distributed section of the fully rehearsed ``_dist`` preset of its task, math or search); the estimators
+  themselves run in the trainer on the tiny env (tests/train/test_trainer.py);
 * a full rehearsal (train, checkpoint, --resume, drmas eval on the export) of each wiring: math and search x
   shared / non-sharing / heterogeneous, and two ``_dist`` presets on 2 gloo ranks (slow), the search ones against a
   server speaking the reference's retrieval protocol (one query per request: a Search-R1 batch body gets HTTP 422).
@@ -60,10 +60,9 @@ def _twin(name: str) -> str:
 @pytest.fixture(scope="module")
 def reference_server():
     """The reference retrieval server's protocol over BM25 of the synthetic encyclopedia (drmas_envs.search.testing)."""
-    from drmas_envs.search.testing import ReferenceProtocolServer
-
     from drmas_envs.search.retrievers import make_retriever
     from drmas_envs.search.synthetic import generate_encyclopedia
+    from drmas_envs.search.testing import ReferenceProtocolServer
 
     with ReferenceProtocolServer(make_retriever("bm25", generate_encyclopedia().passages), start_timeout=300.0) as server:
         yield server
@@ -87,8 +86,8 @@ def test_every_paper_preset_rehearses_as_a_fully_rehearsed_wiring(name, tmp_path
     assert twin in FULL
     rehearsed, _ = _rehearsal(twin, tmp_path, reference_server.url)
     assert _wiring(cfg) == _wiring(rehearsed), f"{name} wires differently from {twin}"
-    if cfg.distributed.enabled:  # every _dist preset: 2 gloo ranks per model, as the fully rehearsed _dist presets
-        dist, _ = _rehearsal(FULL_DIST[0], tmp_path, reference_server.url)
+    if cfg.distributed.enabled:  # every _dist preset: 2 gloo ranks per model, as the fully rehearsed _dist preset of its task
+        dist, _ = _rehearsal(FULL_DIST[0] if "_math_" in name else FULL_DIST[1], tmp_path, reference_server.url)
         ours, theirs = dataclasses.asdict(cfg.distributed), dataclasses.asdict(dist.distributed)
         assert ours.pop("world_size") == dict.fromkeys(cfg.models, 2) and theirs.pop("world_size")
         assert ours == theirs

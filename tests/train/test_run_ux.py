@@ -58,6 +58,26 @@ def test_cli_mistake_exits_2_with_one_message(tmp_path, capsys, no_model_load, o
     assert re.search(message, err), err
 
 
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        ("RetrieverError", 2),  # a server that refuses the protocol drmas was told to speak: a setting to change
+        ("RetrieverUnavailableError", 1),  # unreachable within the budget (retrieval_failure: raise)
+    ],
+)
+def test_a_retrieval_failure_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch, error, code):
+    import drmas_envs.search.retrievers as retrievers
+    import drmas_train.run.trainer as trainer
+
+    def fail(*args, **kwargs):
+        raise getattr(retrievers, error)("http://127.0.0.1:9/retrieve does not take the body protocol='drmas' sends")
+
+    monkeypatch.setattr(trainer, "train", fail)
+    assert train_main([f"run.dir={tmp_path / 'run'}"]) == code
+    err = capsys.readouterr().err
+    assert err == "drmas train: retrieval failed: http://127.0.0.1:9/retrieve does not take the body protocol='drmas' sends\n"
+
+
 def test_presets_per_env():
     assert presets_for_env("search-orchestrator-v0")[0] == "quickstart_search"
     assert presets_for_env("math-solver-verifier-v0")[0] == "quickstart_math"
