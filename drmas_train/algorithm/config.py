@@ -157,6 +157,12 @@ class OptimConfig:
     autocast: str = "off"
     """``off`` | ``bf16`` | ``auto`` (bf16 where matmuls are native bf16: CUDA or AMX CPUs;
     :mod:`drmas_train.algorithm.precision`)."""
+    agent_grad_norms: bool = True
+    """split each optimizer step's gradient into its agents' exact parts and log, per agent, ``agent/<a>/grad_norm``,
+    ``grad_share`` and ``grad_ratio`` (:mod:`drmas_train.algorithm.agent_grads`). Each mini-batch's micro-batches are
+    then planned per agent, and a model played by A agents keeps A - 1 copies of its gradient during a step (none
+    for a model of one agent); with data-parallel ranks, gradients are synchronised once per agent instead of once
+    per mini-batch."""
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``optim.<field>``), the bad value and what is accepted."""

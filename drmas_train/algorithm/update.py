@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.algorithm.agent_grads import AgentGradients, agent_segments
 from drmas_train.algorithm.batch_layout import LossLayout, minibatch_layout, reference_layout
 from drmas_train.algorithm.losses import policy_loss
 from drmas_train.algorithm.optim import ModelOptimizer, micro_batches, prompt_micro_batches
@@ -49,14 +50,23 @@ def shares_prompts(model: Any, settings: UpdateSettings) -> bool:
             and can_share_prompts(model, settings.lm_head_chunk))  # fmt: skip
 
 
-def plan_micro_batches(samples: Sequence[Sample], token_budget: int, *, share: bool) -> list[list[int]]:
+def plan_micro_batches(samples: Sequence[Sample], token_budget: int, *, share: bool, by_agent: bool = False) -> list[list[int]]:
     """The update's micro-batches of ``samples`` (indices): prompt-grouped (a shared prompt counted once,
     :func:`~drmas_train.algorithm.optim.prompt_micro_batches`) when ``share``, else by padded length
-    (:func:`~drmas_train.algorithm.optim.micro_batches`). The π_old recompute plans with it too, so its forwards
-    are the update's first forwards."""
+    (:func:`~drmas_train.algorithm.optim.micro_batches`); with ``by_agent``, each agent's samples planned apart, in
+    sorted agent order (:func:`~drmas_train.algorithm.agent_grads.agent_segments`: the per-agent gradient split).
+    The π_old recompute plans with it too, so its forwards are the update's first forwards."""
+    if by_agent:
+        return [m for _, micros in _agent_plan(samples, token_budget, share) for m in micros]
     if share:
         return prompt_micro_batches([s.prompt_ids for s in samples], [len(s.response_ids) for s in samples], token_budget)
     return micro_batches([len(s.prompt_ids) + len(s.response_ids) for s in samples], token_budget)
+
+
+def _agent_plan(samples: Sequence[Sample], token_budget: int, share: bool) -> list[tuple[str, list[list[int]]]]:
+    """``[(agent, micro-batches), ...]``: :func:`plan_micro_batches` of each agent's samples."""
+    return agent_segments([s.agent_id for s in samples],
+                          lambda idx: plan_micro_batches([samples[i] for i in idx], token_budget, share=share))  # fmt: skip
 
 
 def _one_pass_each(micros: Sequence[Sequence[int]]) -> list[int | None]:
@@ -81,6 +91,9 @@ class UpdateHooks:
         idle_pass: a forward/backward with zero loss (a ``None`` pass).
         reduce: ``reduce(sums, weight) -> (sums, weight)`` totals over the processes (identical in each).
         agree_budget: ``agree_budget(tokens) -> tokens`` the same in every process, for ``micro_batch_tokens="auto"``.
+        sum_shards: ``sum_shards(values) -> values`` adds a float64 vector over the processes that each hold a part
+            of the gradient (sharded gradients; the per-agent split, :mod:`drmas_train.algorithm.agent_grads`); the
+            identity where every process holds all of it.
     """
 
     forward: Forward
@@ -90,6 +103,7 @@ class UpdateHooks:
     idle_pass: Callable[[], None] = lambda: None  # noqa: E731
     reduce: Callable[[dict[str, float], float], tuple[dict[str, float], float]] = lambda sums, weight: (sums, weight)  # noqa: E731
     agree_budget: Callable[[int], int] = lambda tokens: tokens  # noqa: E731
+    sum_shards: Callable[[torch.Tensor], torch.Tensor] = lambda values: values  # noqa: E731
 
 
 #: loss metrics aggregated with the mini-batch denominator (summed over micro-batches, then averaged over
@@ -203,6 +217,7 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
     norms: list[float] = []
     skipped = 0
     skip_zero = settings.skip_zero_advantage and not loss_cfg.kl_coef and not loss_cfg.entropy_coef
+    split = AgentGradients(opt.params, hooks.sum_shards) if settings.agent_grad_norms else None
     model.train()
     try:
         for _ in range(settings.ppo_epochs):
@@ -215,26 +230,36 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
                     mb = mb[np.asarray(advantages)[mb] != 0]
                 mb_samples = [samples[i] for i in mb]
                 n_mb += 1
-                micros = plan_micro_batches(mb_samples, budget, share=share_prompts)
-                passes = hooks.passes(micros)
-                for r, k in enumerate(passes):
-                    with hooks.sync(r == len(passes) - 1):  # gradients synchronised on the last pass only
-                        if k is None:  # a pass without data: joins the other processes' collectives
-                            hooks.idle_pass()
-                            continue
-                        micro = micros[k]
-                        batch = [mb_samples[i] for i in micro]
-                        adv = torch.as_tensor(advantages[mb[micro]], dtype=torch.float32)  # (b,)
-                        rows = layout.denom[mb[micro]] / n  # (b,): a rank's gradients are averaged over n ranks
-                        denom = float(rows[0]) if np.all(rows == rows[0]) else torch.as_tensor(rows, dtype=torch.float32)
-                        metrics, tokens = _micro_step(
-                            hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom,
-                            ref_model, fwd, autocast_dtype,
-                        )  # fmt: skip
-                    for key, v in metrics.items():
-                        # aggregated with the mini-batch denominator: micro parts add up to the mini-batch value
-                        sums[key] += v / n if key in _ADDITIVE else v * tokens
-                    weight += tokens
+                # one segment of micro-batches, or one per agent (gradients read after each: the per-agent split)
+                segments = (_agent_plan(mb_samples, budget, share_prompts) if split is not None
+                            else [(None, plan_micro_batches(mb_samples, budget, share=share_prompts))])  # fmt: skip
+                for agent, micros in segments:
+                    passes = hooks.passes(micros)
+                    for r, k in enumerate(passes):
+                        with hooks.sync(r == len(passes) - 1):  # gradients synchronised on the last pass only
+                            if k is None:  # a pass without data: joins the other processes' collectives
+                                hooks.idle_pass()
+                                continue
+                            micro = micros[k]
+                            batch = [mb_samples[i] for i in micro]
+                            adv = torch.as_tensor(advantages[mb[micro]], dtype=torch.float32)  # (b,)
+                            rows = layout.denom[mb[micro]] / n  # (b,): a rank's gradients are averaged over n ranks
+                            denom = float(rows[0]) if np.all(rows == rows[0]) else torch.as_tensor(rows, dtype=torch.float32)
+                            metrics, tokens = _micro_step(
+                                hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom,
+                                ref_model, fwd, autocast_dtype,
+                            )  # fmt: skip
+                        for key, v in metrics.items():
+                            # aggregated with the mini-batch denominator: micro parts add up to the mini-batch value
+                            sums[key] += v / n if key in _ADDITIVE else v * tokens
+                        weight += tokens
+                    if split is not None:
+                        split.after_agent(agent)
+                if split is not None:
+                    for i in np.flatnonzero(layout.mini_batch == b):  # the loss weight of every sample, skipped ones too
+                        mass = sum(samples[i].response_mask) if loss_cfg.loss_agg != "seq-mean-token-mean" else 1.0
+                        split.add_loss_weight(samples[i].agent_id, mass / layout.denom[i])
+                    split.end_step()
                 norm, stepped = opt.step()
                 norms.append(norm)
                 skipped += not stepped
@@ -251,6 +276,8 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
         skipped_steps=float(skipped),
         lr=opt.lr,
     )
+    if split is not None:
+        out.update(split.metrics())
     return out
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from drmas_train.algorithm.agent_grads import namespaced
 from drmas_train.algorithm.config import OptimConfig
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.distributed.backend import RayBackend
@@ -222,7 +223,7 @@ class RayUpdater:
             self._failed = model_id
             raise
         peak = out.pop("rank_peak_rss_mb", None)
-        metrics = {f"loss/{model_id}/{k}": v for k, v in out.items()}
+        metrics = namespaced(model_id, out)
         if peak is not None:
             metrics[f"dist/{model_id}/rank_peak_rss_mb"] = peak
         return metrics

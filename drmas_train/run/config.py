@@ -102,6 +102,9 @@ class RunConfig:
     """write reward / grad-norm PNG at the end."""
     save_samples: bool = False
     """write each iteration's samples (prompts, responses, rewards) to ``samples/iter_NNNNNN.jsonl``."""
+    health_warn_ratio: float = 4.0
+    """warn when one agent's advantage second moment, or its gradient share per loss share, reaches this many
+    times the median of the other agents' (:mod:`drmas_train.run.agent_health`; docs/agent-health.md); 0 = never."""
 
 
 @dataclass
@@ -248,6 +251,8 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     cfg.distributed.validate(list(cfg.models))
     require(cfg.run.num_threads >= 0, f"run.num_threads must be >= 0 (0 = all available cores), got {cfg.run.num_threads}")
     require(cfg.run.iterations >= 1, f"run.iterations must be >= 1, got {cfg.run.iterations}")
+    require(cfg.run.health_warn_ratio == 0 or cfg.run.health_warn_ratio > 1,
+            f"run.health_warn_ratio must be 0 (never warn) or > 1, got {cfg.run.health_warn_ratio}")  # fmt: skip
     require(bool(cfg.models), "no models: define at least one under 'models:' (e.g. models.shared.name_or_path=...)")
     require(bool(cfg.agents), "no agents: map each env agent to a model key under 'agents:' (e.g. agents.solver=shared)")
     for agent, key in cfg.agents.items():

@@ -344,10 +344,13 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     from drmas_train.backends.base import SamplingParams
     from drmas_train.collect.rollout import rollout, save_samples
     from drmas_train.distributed.errors import DistributedError
+    from drmas_train.run.agent_health import HealthMonitor
     from drmas_train.run.metrics_log import batch_metrics, plot_run
 
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
     guard.attach(run)
+    health = HealthMonitor(run.pool.agent_model_ids, cfg.run.health_warn_ratio, cfg.algorithm.estimator,
+                           cfg.algorithm.grouping)  # fmt: skip
     r = cfg.rollout
     bar = tqdm(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
@@ -382,6 +385,7 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
             bar.n = it
             guard.release(it)
             continue
+        metrics.update(health.check(it + 1, metrics)[0])  # per-agent runaway signals; warns when one crosses
         t2 = time.perf_counter()
         if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
             metrics.update(_validate(run, it + 1))

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from drmas_train.algorithm.agent_grads import namespaced
 from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
@@ -61,7 +62,9 @@ class LocalUpdater:
 
         Returns:
             ``loss/<model_id>/<metric>`` for every metric of :func:`~drmas_train.algorithm.update.ppo_update`, plus the
-            π_old mismatch metrics of :func:`~drmas_train.algorithm.old_logprobs.logprob_mismatch` when recomputed.
+            π_old mismatch metrics of :func:`~drmas_train.algorithm.old_logprobs.logprob_mismatch` when recomputed;
+            the per-agent ones (``agent/<agent>/<metric>``: gradient split, log-prob gap) under their own names
+            (:func:`~drmas_train.algorithm.agent_grads.namespaced`).
         """
         metrics = {}
         for model_id, opt in self.optimizers.items():
@@ -74,7 +77,7 @@ class LocalUpdater:
             out = ppo_update(loaded.model, opt, model_samples, adv[idx], self.settings, pad_token_id=pad,
                              ref_model=self.ref_models.get(model_id), seed=seed)  # fmt: skip
             self.pool.backends[model_id].sync_weights(loaded.model)
-            metrics.update({f"loss/{model_id}/{k}": v for k, v in {**drift, **out}.items()})
+            metrics.update(namespaced(model_id, {**drift, **out}))
         return metrics
 
     def write_state(self, folder: Path) -> None:
