@@ -173,13 +173,15 @@ def build_optimizer(
     betas: Sequence[float] | None = None,
     warmup_steps: int | None = None,
     grad_clip: float | None = None,
+    params: Sequence[torch.nn.Parameter] | None = None,
 ) -> ModelOptimizer:
     """AdamW (Loshchilov & Hutter, arXiv 1711.05101) over ``model``'s trainable parameters.
 
     A setting left ``None`` takes the ``optim`` config section's default
     (:class:`drmas_train.algorithm.config.OptimConfig`: the Dr. MAS / verl reference's lr 1e-6, weight decay 0.01,
     grad clip 1.0), the one place those defaults live. With LoRA only the adapter weights require grad, so only
-    they are optimised. The fused kernel is used where available (``opt.optimizer.defaults["fused"]`` tells which).
+    they are optimised; ``params`` names the parameters instead (one LoRA adapter of several on one base,
+    :func:`drmas_train.model.adapters.adapter_parameters`). The fused kernel is used where available (``opt.optimizer.defaults["fused"]`` tells which).
 
     Raises:
         ValueError: the model has no trainable parameter, or lr / grad_clip <= 0.
@@ -190,7 +192,7 @@ def build_optimizer(
     betas = d.betas if betas is None else betas
     warmup_steps = d.warmup_steps if warmup_steps is None else warmup_steps
     grad_clip = d.grad_clip if grad_clip is None else grad_clip
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in model.parameters() if p.requires_grad] if params is None else list(params)
     if not params:
         raise ValueError(f"model {model_id!r} has no trainable parameters; set trainable: true or remove it from training")
     if not (lr > 0 and grad_clip > 0):

@@ -25,6 +25,9 @@ from drmas_train.algorithm.agent_grads import namespaced
 from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
+from drmas_train.model.adapters import activate
+from drmas_train.model.adapters import load as load_adapter
+from drmas_train.model.adapters import save as save_adapter
 from drmas_train.run.checkpoint import load_model_states, save_model_states
 
 __all__ = ["LocalUpdater"]
@@ -70,6 +73,7 @@ class LocalUpdater:
         for model_id, opt in self.optimizers.items():
             idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
             loaded = self.pool.models[model_id]
+            activate(loaded)  # a LoRA adapter on a shared base: its weights, and only its, take gradients
             pad = loaded.tokenizer.pad_token_id
             model_samples, drift = old_logprobs_for_update(  # π_old from the training model, as the reference
                 loaded.model, [samples[i] for i in idx], adv[idx], self.settings, pad_token_id=pad
@@ -80,11 +84,20 @@ class LocalUpdater:
             metrics.update(namespaced(model_id, {**drift, **out}))
         return metrics
 
+    def _adapters(self) -> list[str]:
+        """Trainable model ids that are LoRA adapters on a shared base."""
+        return [mid for mid in self.optimizers if self.pool.models[mid].spec.adapter is not None]
+
     def write_state(self, folder: Path) -> None:
         """The trainable models' weights, tokenizers and optimizer states into a checkpoint folder
-        (:func:`drmas_train.run.checkpoint.save_model_states`)."""
-        models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.optimizers}
+        (:func:`drmas_train.run.checkpoint.save_model_states`); a LoRA adapter on a shared base as
+        ``models/<key>/<adapter>/`` (:func:`drmas_train.model.adapters.save`)."""
+        adapters = self._adapters()
+        models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.optimizers
+                  if mid not in adapters}  # fmt: skip
         save_model_states(folder, models, self.optimizers)
+        for mid in adapters:
+            save_adapter(self.pool.models[mid], Path(folder) / "models")
 
     def read_state(self, folder: Path) -> None:
         """Inverse of :meth:`write_state`; pushes the weights to the backends.
@@ -92,7 +105,11 @@ class LocalUpdater:
         Raises:
             FileNotFoundError: a model or optimizer of this run is absent from the checkpoint.
         """
-        load_model_states(folder, {mid: self.pool.models[mid].model for mid in self.optimizers}, self.optimizers)
+        adapters = self._adapters()
+        for mid in adapters:
+            load_adapter(self.pool.models[mid], Path(folder) / "models")
+        load_model_states(folder, {mid: self.pool.models[mid].model for mid in self.optimizers if mid not in adapters},
+                          self.optimizers)  # fmt: skip
         for mid, loaded in self.pool.models.items():
             self.pool.backends[mid].sync_weights(loaded.model)
 
