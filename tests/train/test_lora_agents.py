@@ -117,3 +117,57 @@ def test_one_base_two_adapters_train_apart_and_round_trip(tmp_path):
     assert resumed.optimizers["m:one"].optimizer.state_dict()["state"]  # AdamW moments restored
     resumed.logger.close()
 
+
+def test_a_lora_per_agent_checkpoint_plays_in_eval_on_one_base(tmp_path):
+    """``drmas eval --team`` of a LoRA-per-agent checkpoint: each role's adapter on the run's base, the base loaded
+    once for both, and each adapter giving the trained policy's log-probs exactly (the tiny model, whose rewards vary
+    so the adapters train; then tiny-llama, a named model, through the command line)."""
+    import json
+
+    from drmas_train.backends.factory import build_models
+    from drmas_train.commands import eval as eval_cmd
+    from drmas_train.model.adapters import activate
+    from drmas_train.model.logprobs import forward_logprobs
+    from drmas_train.run.run_models import team_model
+    from drmas_train.run.trainer import build_run, train
+
+    cfg = tiny_config(tmp_path / "run", "run.iterations=2", "run.name=lora", *ADAPTERS)
+    train(cfg, loader=tiny_loader)
+    ckpt = tmp_path / "run" / "checkpoints" / "iter_000002"
+    specs = {role: team_model(str(ckpt), role) for role in ("a", "b")}
+    assert specs["a"] == {"name_or_path": "tiny", "dtype": "float32", "device": "cpu", "seed": 0,
+                          "chat_template_kwargs": {}, "adapter_path": str(ckpt / "models" / "m" / "one"),
+                          "adapter": "one_it2", "trainable": False, "model_id": "lora/iter_2/m:one"}  # fmt: skip
+    loads = []
+    pool = build_models(
+        specs, env_agents=["a", "b"], loader=lambda spec, mid: loads.append(mid) or tiny_loader(spec, mid)
+    )
+    assert len(loads) == 1  # the base, once
+    assert pool.models["lora/iter_2/m:one"].model is pool.models["lora/iter_2/m:two"].model
+    trained = build_run(tiny_config(tmp_path / "run", "run.iterations=3", "run.name=lora", *ADAPTERS), resume=True,
+                        loader=tiny_loader)  # fmt: skip
+    prompt, response = [[5, 6, 7, 8]], [[9, 10, 11]]
+    for name in ("one", "two"):
+        mine, theirs = pool.models[f"lora/iter_2/m:{name}"], trained.pool.models[f"m:{name}"]
+        activate(mine)
+        activate(theirs)
+        with torch.no_grad():
+            got = forward_logprobs(mine.model, prompt, response, pad_token_id=0)[0]
+            want = forward_logprobs(theirs.model, prompt, response, pad_token_id=0)[0]
+            with mine.model.disable_adapter():
+                base = forward_logprobs(mine.model, prompt, response, pad_token_id=0)[0]
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+        assert float((got - base).abs().max()) > 1e-5  # the adapter trained: not the base's policy
+    trained.logger.close()
+
+    named = tiny_config(tmp_path / "named", "run.iterations=1", "models.m.name_or_path=tiny-llama", "run.name=named",
+                        *ADAPTERS)  # fmt: skip
+    train(named)
+    ckpt = tmp_path / "named" / "checkpoints" / "iter_000001"
+    out = tmp_path / "eval"
+    argv = ["--preset", str(tmp_path / "named" / "config.yaml"), "--team", f"a={ckpt},b={ckpt}", "--k", "1",
+            "--limit", "2", "--no-progress", "--out", str(out)]  # fmt: skip
+    assert eval_cmd.main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["agent_models"] == {"a": "named/iter_1/m:one", "b": "named/iter_1/m:two"}
+    assert summary["num_episodes"] == 2
