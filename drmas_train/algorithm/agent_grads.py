@@ -21,8 +21,9 @@ agent's Prop. 4.3 factor relative to the model's average (Dr. MAS, arXiv 2602.08
 **How it is measured** (exact, no estimate): the update orders each mini-batch's micro-batches by agent
 (:func:`agent_segments`) and reads the accumulated gradient after each agent's part: the gradient after agent k minus
 the one after agent k-1 is ``g_k``. :class:`AgentGradients` keeps ``A - 1`` copies of the gradient per step (the last
-agent's part is the final gradient minus the last copy), computes ``||g_k||^2`` and ``<g_k, g>`` parameter by
-parameter in float64, and frees the copies before the optimizer steps. A data-parallel update synchronises the
+agent's part is the final gradient minus the last copy), computes the inner products of the cumulative gradients in
+float64 (chunk by chunk, parameter by parameter), from which ``||g_k||^2`` and ``<g_k, g>`` follow, and frees the
+copies before the optimizer steps. A data-parallel update synchronises the
 gradients at the end of each agent's part (so the copies hold the reduced gradient); sharded gradients (FSDP2) give
 each rank a part of every sum, added over the ranks by ``sum_shards`` (:attr:`~drmas_train.algorithm.update.UpdateHooks.sum_shards`).
 """
@@ -39,6 +40,8 @@ __all__ = ["AgentGradients", "agent_segments", "AGENT_PREFIX", "namespaced"]
 
 #: metrics of one agent are named ``agent/<agent_id>/<metric>`` (not per model: an agent belongs to one model).
 AGENT_PREFIX = "agent/"
+#: gradient elements converted to float64 at a time by :meth:`AgentGradients._gram`.
+CHUNK = 1 << 18
 
 
 def namespaced(model_id: str, metrics: dict[str, float]) -> dict[str, float]:
@@ -100,44 +103,67 @@ class AgentGradients:
         """Count ``weight`` (a sample's loss weight: its tokens over its divisor) for ``agent``."""
         self._weights[agent] = self._weights.get(agent, 0.0) + float(weight)
 
-    def after_agent(self, agent: str) -> None:
-        """Mark the end of ``agent``'s part of the current step (a copy of the gradient is kept)."""
+    def after_agent(self, agent: str, *, last: bool = False) -> None:
+        """Mark the end of ``agent``'s part of the current step: a copy of the gradient is kept, except after the
+        step's ``last`` agent (its part ends at the live gradient)."""
         self._agents.append(agent)
-        self._copies.append(
-            [None if (g := _local(p.grad)) is None else g.detach().clone() for p in self.params]
-        )
+        if not last:
+            self._copies.append(
+                [None if (g := _local(p.grad)) is None else g.detach().clone() for p in self.params]
+            )
 
-    def end_step(self) -> None:
-        """Split the current step's gradient into its agents' parts; frees the copies. The last :meth:`after_agent`
-        needs no copy (its part ends at the current gradient), so it is dropped first."""
-        if not self._agents:
-            return
-        self._copies.pop()  # the last agent's part ends at the live gradient
+    def _gram(self) -> torch.Tensor:
+        """(A, A) float64: inner products of the cumulative gradients ``S_1 .. S_A`` (``S_k``: the gradient after
+        agent k's part; ``S_A`` the live one) over this process's part of the parameters.
+
+        Float32 values multiply exactly in float64, so each product is accumulated exactly enough for the split's
+        identities to hold to float64 rounding; chunks of :data:`CHUNK` elements are converted into buffers kept for
+        the whole call (no allocation per parameter, which dominated the cost of converting whole tensors).
+        """
         n = len(self._agents)
-        stats = None  # (2A + 1,) float64 on the gradients' device: |g_k|^2, <g_k, g>, |g|^2
+        device = next((_local(p.grad).device for p in self.params if p.grad is not None), None)
+        if device is None:
+            device = next((p.device for p in self.params), torch.device("cpu"))
+        gram = torch.zeros(n, n, dtype=torch.float64, device=device)
+        buffers = torch.empty(n, CHUNK, dtype=torch.float64, device=device)
         for j, p in enumerate(self.params):
             total = _local(p.grad)
             if total is None or total.numel() == 0:
                 continue
-            total = total.detach().double().flatten()
-            if stats is None:
-                stats = torch.zeros(2 * n + 1, dtype=torch.float64, device=total.device)
-            previous = torch.zeros_like(total)
-            for k in range(n):
-                if k == n - 1:
-                    cur = total
-                else:
-                    copy = self._copies[k][j]
-                    cur = torch.zeros_like(total) if copy is None else copy.double().flatten()
-                part = cur - previous
-                stats[k] += torch.dot(part, part)
-                stats[n + k] += torch.dot(part, total)
-                previous = cur
-            stats[2 * n] += torch.dot(total, total)
-        if stats is None:  # no gradient in this process (an empty shard): zeros join the sum
-            device = next((q.device for q in self.params), torch.device("cpu"))
-            stats = torch.zeros(2 * n + 1, dtype=torch.float64, device=device)
-        stats = self.sum_shards(stats).cpu()
+            copies = self._copies[
+                : n - 1
+            ]  # a copy after the last agent (if one was kept) is the live gradient
+            parts = [None if c[j] is None else c[j].reshape(-1) for c in copies] + [
+                total.detach().reshape(-1)
+            ]
+            size = parts[-1].numel()
+            for start in range(0, size, CHUNK):
+                m = min(CHUNK, size - start)
+                for i, part in enumerate(parts):
+                    if part is None:
+                        buffers[i, :m].zero_()
+                    else:
+                        buffers[i, :m].copy_(part[start : start + m])
+                block = buffers[:, :m]
+                gram += block @ block.T
+        return gram
+
+    def end_step(self) -> None:
+        """Split the current step's gradient into its agents' parts (from :meth:`_gram`, summed over the processes
+        holding parts of it); frees the copies. With ``g_k = S_k - S_{k-1}`` (``S_0 = 0``):
+        ``|g_k|^2 = G_kk - 2 G_k,k-1 + G_k-1,k-1`` and ``<g_k, g> = G_kA - G_k-1,A``."""
+        if not self._agents:
+            return
+        n = len(self._agents)
+        gram = self.sum_shards(self._gram()).cpu()
+        self._copies = []
+        padded = torch.zeros(n + 1, n + 1, dtype=torch.float64)  # index 0: S_0 = 0
+        padded[1:, 1:] = gram
+        stats = torch.zeros(2 * n + 1, dtype=torch.float64)
+        for k in range(1, n + 1):
+            stats[k - 1] = padded[k, k] - 2 * padded[k, k - 1] + padded[k - 1, k - 1]
+            stats[n + k - 1] = padded[k, n] - padded[k - 1, n]
+        stats[2 * n] = padded[n, n]
         sq = dict.fromkeys(self._agents, 0.0)
         dot = dict.fromkeys(self._agents, 0.0)
         for k, agent in enumerate(self._agents):

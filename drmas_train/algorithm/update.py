@@ -233,7 +233,7 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
                 # one segment of micro-batches, or one per agent (gradients read after each: the per-agent split)
                 segments = (_agent_plan(mb_samples, budget, share_prompts) if split is not None
                             else [(None, plan_micro_batches(mb_samples, budget, share=share_prompts))])  # fmt: skip
-                for agent, micros in segments:
+                for seg, (agent, micros) in enumerate(segments):
                     passes = hooks.passes(micros)
                     for r, k in enumerate(passes):
                         with hooks.sync(r == len(passes) - 1):  # gradients synchronised on the last pass only
@@ -254,7 +254,7 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
                             sums[key] += v / n if key in _ADDITIVE else v * tokens
                         weight += tokens
                     if split is not None:
-                        split.after_agent(agent)
+                        split.after_agent(agent, last=seg == len(segments) - 1)
                 if split is not None:
                     for i in np.flatnonzero(layout.mini_batch == b):  # the loss weight of every sample, skipped ones too
                         mass = sum(samples[i].response_mask) if loss_cfg.loss_agg != "seq-mean-token-mean" else 1.0
