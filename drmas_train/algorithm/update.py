@@ -169,7 +169,9 @@ def ppo_update(
         ``grad_norm`` (mean pre-clip norm over steps) and ``grad_norm_max``, ``steps``, ``skipped_steps`` (non-finite
         norms this call), ``lr``, ``micro_batch_tokens`` (the budget used), and the token-weighted means of the loss
         metrics (``pg_loss``, ``clipfrac_upper``, ``clipfrac_lower``, ``dual_clipfrac``, ``approx_kl``, ``ratio_mean``,
-        ``entropy``, ``kl``); with ``hooks``, reduced over the processes (identical in each).
+        ``entropy``, ``kl``); with ``hooks``, reduced over the processes (identical in each). With
+        ``settings.agent_grad_norms``, per agent ``agent/<a>/{grad_norm,grad_norm_max,grad_share,loss_share,grad_ratio}``
+        (:meth:`drmas_train.algorithm.agent_grads.AgentGradients.metrics`; identical in every process).
 
     Raises:
         ValueError: ``advantages`` not aligned with ``samples``.
