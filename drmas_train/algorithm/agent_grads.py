@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -148,11 +149,21 @@ class AgentGradients:
                 gram += block @ block.T
         return gram
 
+    def end_mini_batch(self, samples: Sequence[Any], layout: Any, mini_batch: int, loss_agg: str) -> None:
+        """Count the loss weight of every sample of mini-batch ``mini_batch`` of ``layout`` (skipped ones too: they
+        keep their divisor), then :meth:`end_step`. A sample's weight is its tokens (one for ``seq-mean-token-mean``)
+        over its divisor (:class:`~drmas_train.algorithm.batch_layout.LossLayout`)."""
+        for i in np.flatnonzero(layout.mini_batch == mini_batch):
+            mass = sum(samples[i].response_mask) if loss_agg != "seq-mean-token-mean" else 1.0
+            self.add_loss_weight(samples[i].agent_id, mass / layout.denom[i])
+        self.end_step()
+
     def end_step(self) -> None:
         """Split the current step's gradient into its agents' parts (from :meth:`_gram`, summed over the processes
         holding parts of it); frees the copies. With ``g_k = S_k - S_{k-1}`` (``S_0 = 0``):
         ``|g_k|^2 = G_kk - 2 G_k,k-1 + G_k-1,k-1`` and ``<g_k, g> = G_kA - G_k-1,A``."""
-        if not self._agents:
+        if not self._agents:  # a mini-batch whose every advantage is 0 (skipped): a step with a zero gradient
+            self._steps.append(({}, {}, 0.0))
             return
         n = len(self._agents)
         gram = self.sum_shards(self._gram()).cpu()

@@ -69,6 +69,34 @@ def _agent_plan(samples: Sequence[Sample], token_budget: int, share: bool) -> li
                           lambda idx: plan_micro_batches([samples[i] for i in idx], token_budget, share=share))  # fmt: skip
 
 
+def _mini_batch_passes(samples: Sequence[Sample], budget: int, share: bool, hooks: UpdateHooks,
+                       split: AgentGradients | None) -> tuple[list[list[int]], list[int | None], dict[int, str | None]]:  # fmt: skip
+    """One mini-batch's micro-batches, this process's passes over them, and ``{pass: agent}`` for the passes after
+    which gradients are synchronised: the last one, or with the per-agent split the last of each agent's part
+    (each agent's micro-batches are then planned apart, in sorted agent order, and cut into passes apart)."""
+    if split is None:
+        micros = plan_micro_batches(samples, budget, share=share)
+        passes = hooks.passes(micros)
+        return micros, passes, {len(passes) - 1: None}
+    micros, passes, ends = [], [], {}
+    for agent, part in _agent_plan(samples, budget, share):
+        offset = len(micros)
+        micros += part
+        passes += [None if k is None else k + offset for k in hooks.passes(part)]
+        ends[len(passes) - 1] = agent
+    return micros, passes, ends
+
+
+@contextlib.contextmanager
+def _pass_sync(hooks: UpdateHooks, r: int, ends: dict[int, str | None], split: AgentGradients | None):
+    """``hooks.sync`` around pass ``r`` (synchronising when ``r`` ends a part); afterwards, at the end of an agent's
+    part, the per-agent split reads the synchronised gradient."""
+    with hooks.sync(r in ends):
+        yield
+    if split is not None and r in ends:
+        split.after_agent(ends[r], last=r == max(ends))
+
+
 def _one_pass_each(micros: Sequence[Sequence[int]]) -> list[int | None]:
     return list(range(len(micros)))
 
@@ -232,36 +260,27 @@ def _ppo_update(model, opt, samples, advantages, settings, pad_token_id, ref_mod
                     mb = mb[np.asarray(advantages)[mb] != 0]
                 mb_samples = [samples[i] for i in mb]
                 n_mb += 1
-                # one segment of micro-batches, or one per agent (gradients read after each: the per-agent split)
-                segments = (_agent_plan(mb_samples, budget, share_prompts) if split is not None
-                            else [(None, plan_micro_batches(mb_samples, budget, share=share_prompts))])  # fmt: skip
-                for seg, (agent, micros) in enumerate(segments):
-                    passes = hooks.passes(micros)
-                    for r, k in enumerate(passes):
-                        with hooks.sync(r == len(passes) - 1):  # gradients synchronised on the last pass only
-                            if k is None:  # a pass without data: joins the other processes' collectives
-                                hooks.idle_pass()
-                                continue
-                            micro = micros[k]
-                            batch = [mb_samples[i] for i in micro]
-                            adv = torch.as_tensor(advantages[mb[micro]], dtype=torch.float32)  # (b,)
-                            rows = layout.denom[mb[micro]] / n  # (b,): a rank's gradients are averaged over n ranks
-                            denom = float(rows[0]) if np.all(rows == rows[0]) else torch.as_tensor(rows, dtype=torch.float32)
-                            metrics, tokens = _micro_step(
-                                hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom,
-                                ref_model, fwd, autocast_dtype,
-                            )  # fmt: skip
-                        for key, v in metrics.items():
-                            # aggregated with the mini-batch denominator: micro parts add up to the mini-batch value
-                            sums[key] += v / n if key in _ADDITIVE else v * tokens
-                        weight += tokens
-                    if split is not None:
-                        split.after_agent(agent, last=seg == len(segments) - 1)
+                micros, passes, ends = _mini_batch_passes(mb_samples, budget, share_prompts, hooks, split)
+                for r, k in enumerate(passes):
+                    with _pass_sync(hooks, r, ends, split):  # gradients synchronised at an agent's / the last pass only
+                        if k is None:  # a pass without data: joins the other processes' collectives
+                            hooks.idle_pass()
+                            continue
+                        micro = micros[k]
+                        batch = [mb_samples[i] for i in micro]
+                        adv = torch.as_tensor(advantages[mb[micro]], dtype=torch.float32)  # (b,)
+                        rows = layout.denom[mb[micro]] / n  # (b,): a rank's gradients are averaged over n ranks
+                        denom = float(rows[0]) if np.all(rows == rows[0]) else torch.as_tensor(rows, dtype=torch.float32)
+                        metrics, tokens = _micro_step(
+                            hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom,
+                            ref_model, fwd, autocast_dtype,
+                        )  # fmt: skip
+                    for key, v in metrics.items():
+                        # aggregated with the mini-batch denominator: micro parts add up to the mini-batch value
+                        sums[key] += v / n if key in _ADDITIVE else v * tokens
+                    weight += tokens
                 if split is not None:
-                    for i in np.flatnonzero(layout.mini_batch == b):  # the loss weight of every sample, skipped ones too
-                        mass = sum(samples[i].response_mask) if loss_cfg.loss_agg != "seq-mean-token-mean" else 1.0
-                        split.add_loss_weight(samples[i].agent_id, mass / layout.denom[i])
-                    split.end_step()
+                    split.end_mini_batch(samples, layout, b, loss_cfg.loss_agg)
                 norm, stepped = opt.step()
                 norms.append(norm)
                 skipped += not stepped
