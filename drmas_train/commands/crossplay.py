@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="drmas crossplay",
         description="Cross-play a training run's checkpoints: one role's players x another's, avg@k ± SE and pass@k "
-                    "per cell, heatmaps, and a 'drmas eval' results directory per cell.",
+                    "per cell, heatmaps, and a 'drmas eval' results directory per cell. The run's config.yaml is the "
+                    "preset of the options below (its env, env arguments, validation sampling and length limits).",
         formatter_class=HelpFormatter,
     )  # fmt: skip
     p.add_argument(
