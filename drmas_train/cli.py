@@ -14,6 +14,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("drmas_train.commands.train", "train a multi-agent LLM system with GRPO / Dr. MAS"),
     "eval": ("drmas_train.commands.eval", "evaluate a policy on env ids x data sources (avg@k, pass@k)"),
+    "crossplay": ("drmas_train.commands.crossplay", "cross-play a run's checkpoints: one role's x another's (heatmaps)"),
     "leaderboard": ("drmas_train.commands.leaderboard", "aggregate eval results into Markdown/HTML/PNG tables"),
     "retrieval-server": ("drmas_train.commands.retrieval_server", "serve a local retriever over HTTP"),
     "serve": ("drmas_train.commands.serve", "serve a model with the OpenAI API (chat, completions, streaming)"),

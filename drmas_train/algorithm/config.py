@@ -199,6 +199,12 @@ class OptimConfig:
     too): the reference's ``fsdp_config.optimizer_offload=True`` (``run_math.sh:67``, ``run_search.sh:65``), set in
     the paper presets. Frees 8 bytes per (sharded) parameter of GPU memory for vLLM's KV cache during generation
     (docs/scaling.md); costs a host <-> device copy per update. No effect on CPU."""
+    agent_grad_norms: bool = True
+    """split each optimizer step's gradient into its agents' exact parts and log, per agent, ``agent/<a>/grad_norm``,
+    ``grad_share`` and ``grad_ratio`` (:mod:`drmas_train.algorithm.agent_grads`). Each mini-batch's micro-batches are
+    then planned per agent, and a model played by A agents keeps A - 1 copies of its gradient during a step (none
+    for a model of one agent); with data-parallel ranks, gradients are synchronised once per agent instead of once
+    per mini-batch."""
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``optim.<field>``), the bad value and what is accepted."""

@@ -64,7 +64,7 @@ def critic_models(keys: Mapping[str, str], agents: Mapping[str, str]) -> dict[st
 
 
 def build_critic(
-    policy: Any, critic_id: str, critic: Any, *, betas: Sequence[float], seed: int, offload: bool = False
+    policy: Any, critic_id: str, critic: Any, *, betas: Sequence[float], seed: int, offload: bool
 ) -> tuple[ValueModel, ModelOptimizer]:
     """A critic started from ``policy``'s current weights (:meth:`ValueModel.from_causal_lm`, head seeded with
     ``seed``) and its AdamW (``critic``: the ``critic`` config section's ``lr``, ``weight_decay``, ``warmup_steps``,

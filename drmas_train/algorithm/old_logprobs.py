@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.algorithm.agent_grads import AGENT_PREFIX
 from drmas_train.algorithm.precision import resolve_autocast
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import advantage_rows, plan_micro_batches, shares_prompts
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward, forward_logprobs
 
-__all__ = ["recompute_old_logprobs", "logprob_mismatch"]
+__all__ = ["recompute_old_logprobs", "logprob_mismatch", "agent_logprob_gaps"]
 
 
 def logprob_mismatch(
@@ -107,7 +108,7 @@ def recompute_old_logprobs(
 
     Returns:
         ``(new_samples, metrics)``: B samples (copies for recomputed ones, the same objects otherwise) and
-        :func:`logprob_mismatch` over the recomputed ones.
+        :func:`logprob_mismatch` over the recomputed ones, with the per-agent gaps (:func:`agent_logprob_gaps`).
 
     Raises:
         ValueError: ``select`` not of length B.
@@ -128,7 +129,7 @@ def recompute_old_logprobs(
         longest = max(len(s.prompt_ids) + len(s.response_ids) for s in picked)
         budget = auto_micro_batch_tokens(module, longest, lm_head_chunk=settings.lm_head_chunk)
         budget = agree_budget(budget) if agree_budget is not None else budget
-    micros = plan_micro_batches(picked, budget, share=share)
+    micros = plan_micro_batches(picked, budget, share=share, by_agent=settings.agent_grad_norms)
     new_rows: dict[int, list[float]] = {}
     was_training = module.training
     module.eval()
@@ -153,7 +154,27 @@ def recompute_old_logprobs(
     metrics = logprob_mismatch(
         [samples[i].old_logprobs for i in chosen], [new_rows[i] for i in chosen], [samples[i].response_mask for i in chosen]
     )
+    metrics.update(agent_logprob_gaps([samples[i] for i in chosen], [new_rows[i] for i in chosen]))
     return out, metrics
+
+
+def agent_logprob_gaps(samples: Sequence[Sample], recomputed: Sequence[Sequence[float]]) -> dict[str, float]:
+    """The engine/trainer log-prob gap per agent: ``agent/<a>/logprob_gap_mean`` and ``agent/<a>/logprob_gap_max``,
+    the mean and max of ``|log p_engine - log p_trainer|`` (nats) over the agent's tokens with mask 1
+    (:func:`logprob_mismatch` of its samples). Agents without such tokens are left out.
+
+    Args:
+        samples: (B,) samples with the engine's ``old_logprobs``. recomputed: B rows of the trainer's log-probs.
+    """
+    out: dict[str, float] = {}
+    for agent in sorted({s.agent_id for s in samples}):
+        rows = [i for i, s in enumerate(samples) if s.agent_id == agent]
+        m = logprob_mismatch([samples[i].old_logprobs for i in rows], [recomputed[i] for i in rows],
+                             [samples[i].response_mask for i in rows])  # fmt: skip
+        if m:
+            out[f"{AGENT_PREFIX}{agent}/logprob_gap_mean"] = m["old_logprob_abs_diff_mean"]
+            out[f"{AGENT_PREFIX}{agent}/logprob_gap_max"] = m["old_logprob_abs_diff_max"]
+    return out
 
 
 def old_logprobs_for_update(

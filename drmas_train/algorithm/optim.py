@@ -120,7 +120,7 @@ class ModelOptimizer:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     grad_clip: float
     skipped_steps: int = 0
-    offload: bool = False
+    offload: bool = OptimConfig.offload
     _homes: dict[tuple[int, str], torch.device] = field(default_factory=dict, repr=False)
 
     @property
@@ -232,13 +232,16 @@ def build_optimizer(
     warmup_steps: int | None = None,
     grad_clip: float | None = None,
     offload: bool | None = None,
+    params: Sequence[torch.nn.Parameter] | None = None,
 ) -> ModelOptimizer:
     """AdamW (Loshchilov & Hutter, arXiv 1711.05101) over ``model``'s trainable parameters.
 
     A setting left ``None`` takes the ``optim`` config section's default
     (:class:`drmas_train.algorithm.config.OptimConfig`: the Dr. MAS / verl reference's lr 1e-6, weight decay 0.01,
-    grad clip 1.0, no offload), the one place those defaults live. ``offload``: :attr:`ModelOptimizer.offload`. With LoRA only the adapter weights require grad, so only
-    they are optimised. The fused kernel is used where available (``opt.optimizer.defaults["fused"]`` tells which).
+    grad clip 1.0, no offload), the one place those defaults live. ``offload``: :attr:`ModelOptimizer.offload`. With
+    LoRA only the adapter weights require grad, so only they are optimised; ``params`` names the parameters instead
+    (one LoRA adapter of several on one base, :func:`drmas_train.model.adapters.adapter_parameters`). The fused kernel
+    is used where available (``opt.optimizer.defaults["fused"]`` tells which).
 
     Raises:
         ValueError: the model has no trainable parameter, or lr / grad_clip <= 0.
@@ -250,7 +253,7 @@ def build_optimizer(
     warmup_steps = d.warmup_steps if warmup_steps is None else warmup_steps
     grad_clip = d.grad_clip if grad_clip is None else grad_clip
     offload = d.offload if offload is None else offload
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in model.parameters() if p.requires_grad] if params is None else list(params)
     if not params:
         raise ValueError(f"model {model_id!r} has no trainable parameters; set trainable: true or remove it from training")
     if not (lr > 0 and grad_clip > 0):

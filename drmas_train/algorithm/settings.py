@@ -57,6 +57,8 @@ class UpdateSettings:
         autocast: ``off`` | ``bf16`` | ``auto`` (``optim.autocast``), resolved for each model's device
             (:func:`drmas_train.algorithm.precision.resolve_autocast`).
         recompute_old_logprobs: recompute π_old with the training model first (``algorithm.*``, the reference's).
+        agent_grad_norms: split each step's gradient into its agents' parts (``optim.agent_grad_norms``;
+            :mod:`drmas_train.algorithm.agent_grads`).
         lm_head_chunk: tokens per LM-head chunk (None = automatic, 0 = the plain full-logits path).
         share_prompts: compute each group's shared prompt once per micro-batch.
         skip_zero_advantage: skip the forward/backward of samples whose advantage is exactly 0 when no KL or
@@ -79,6 +81,7 @@ class UpdateSettings:
     activation_checkpointing: int
     autocast: str
     recompute_old_logprobs: bool
+    agent_grad_norms: bool
     lm_head_chunk: int | None = None
     share_prompts: bool = True
     skip_zero_advantage: bool = True
@@ -102,7 +105,8 @@ class UpdateSettings:
                    mini_batches=algorithm.mini_batches, mini_batch_order=algorithm.mini_batch_order,
                    loss_micro_batch_size=algorithm.loss_micro_batch_size, micro_batch_tokens=optim.micro_batch_tokens,
                    activation_checkpointing=optim.activation_checkpointing, autocast=optim.autocast,
-                   recompute_old_logprobs=algorithm.recompute_old_logprobs, critic=critic_settings)  # fmt: skip
+                   recompute_old_logprobs=algorithm.recompute_old_logprobs, critic=critic_settings,
+                   agent_grad_norms=optim.agent_grad_norms)  # fmt: skip
 
     @classmethod
     def defaults(cls, **changes: Any) -> UpdateSettings:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.algorithm.agent_grads import AgentGradients, agent_segments
 from drmas_train.algorithm.batch_layout import LossLayout, minibatch_layout, reference_layout
 from drmas_train.algorithm.losses import policy_loss
 from drmas_train.algorithm.optim import ModelOptimizer, micro_batches, prompt_micro_batches
@@ -50,14 +51,51 @@ def shares_prompts(model: Any, settings: UpdateSettings) -> bool:
             and can_share_prompts(model, settings.lm_head_chunk))  # fmt: skip
 
 
-def plan_micro_batches(samples: Sequence[Sample], token_budget: int, *, share: bool) -> list[list[int]]:
+def plan_micro_batches(samples: Sequence[Sample], token_budget: int, *, share: bool, by_agent: bool = False) -> list[list[int]]:
     """The update's micro-batches of ``samples`` (indices): prompt-grouped (a shared prompt counted once,
     :func:`~drmas_train.algorithm.optim.prompt_micro_batches`) when ``share``, else by padded length
-    (:func:`~drmas_train.algorithm.optim.micro_batches`). The π_old recompute plans with it too, so its forwards
-    are the update's first forwards."""
+    (:func:`~drmas_train.algorithm.optim.micro_batches`); with ``by_agent``, each agent's samples planned apart, in
+    sorted agent order (:func:`~drmas_train.algorithm.agent_grads.agent_segments`: the per-agent gradient split).
+    The π_old recompute plans with it too, so its forwards are the update's first forwards."""
+    if by_agent:
+        return [m for _, micros in _agent_plan(samples, token_budget, share) for m in micros]
     if share:
         return prompt_micro_batches([s.prompt_ids for s in samples], [len(s.response_ids) for s in samples], token_budget)
     return micro_batches([len(s.prompt_ids) + len(s.response_ids) for s in samples], token_budget)
+
+
+def _agent_plan(samples: Sequence[Sample], token_budget: int, share: bool) -> list[tuple[str, list[list[int]]]]:
+    """``[(agent, micro-batches), ...]``: :func:`plan_micro_batches` of each agent's samples."""
+    return agent_segments([s.agent_id for s in samples],
+                          lambda idx: plan_micro_batches([samples[i] for i in idx], token_budget, share=share))  # fmt: skip
+
+
+def _mini_batch_passes(samples: Sequence[Sample], budget: int, share: bool, hooks: UpdateHooks,
+                       split: AgentGradients | None) -> tuple[list[list[int]], list[int | None], dict[int, str | None]]:  # fmt: skip
+    """One mini-batch's micro-batches, this process's passes over them, and ``{pass: agent}`` for the passes after
+    which gradients are synchronised: the last one, or with the per-agent split the last of each agent's part
+    (each agent's micro-batches are then planned apart, in sorted agent order, and cut into passes apart)."""
+    if split is None:
+        micros = plan_micro_batches(samples, budget, share=share)
+        passes = hooks.passes(micros)
+        return micros, passes, {len(passes) - 1: None}
+    micros, passes, ends = [], [], {}
+    for agent, part in _agent_plan(samples, budget, share):
+        offset = len(micros)
+        micros += part
+        passes += [None if k is None else k + offset for k in hooks.passes(part)]
+        ends[len(passes) - 1] = agent
+    return micros, passes, ends
+
+
+@contextlib.contextmanager
+def _pass_sync(hooks: UpdateHooks, r: int, ends: dict[int, str | None], split: AgentGradients | None):
+    """``hooks.sync`` around pass ``r`` (synchronising when ``r`` ends a part); afterwards, at the end of an agent's
+    part, the per-agent split reads the synchronised gradient."""
+    with hooks.sync(r in ends):
+        yield
+    if split is not None and r in ends:
+        split.after_agent(ends[r], last=r == max(ends))
 
 
 def _one_pass_each(micros: Sequence[Sequence[int]]) -> list[int | None]:
@@ -82,6 +120,9 @@ class UpdateHooks:
         idle_pass: a forward/backward with zero loss (a ``None`` pass).
         reduce: ``reduce(sums, weight) -> (sums, weight)`` totals over the processes (identical in each).
         agree_budget: ``agree_budget(tokens) -> tokens`` the same in every process, for ``micro_batch_tokens="auto"``.
+        sum_shards: ``sum_shards(values) -> values`` adds a float64 vector over the processes that each hold a part
+            of the gradient (sharded gradients; the per-agent split, :mod:`drmas_train.algorithm.agent_grads`); the
+            identity where every process holds all of it.
     """
 
     forward: Forward
@@ -91,6 +132,7 @@ class UpdateHooks:
     idle_pass: Callable[[], None] = lambda: None  # noqa: E731
     reduce: Callable[[dict[str, float], float], tuple[dict[str, float], float]] = lambda sums, weight: (sums, weight)  # noqa: E731
     agree_budget: Callable[[int], int] = lambda tokens: tokens  # noqa: E731
+    sum_shards: Callable[[torch.Tensor], torch.Tensor] = lambda values: values  # noqa: E731
 
 
 def pad_right(rows: Sequence[Sequence[float]], length: int, value: float = 0.0) -> torch.Tensor:
@@ -170,7 +212,9 @@ def ppo_update(
         ``grad_norm`` (mean pre-clip norm over steps) and ``grad_norm_max``, ``steps``, ``skipped_steps`` (non-finite
         norms this call), ``lr``, ``micro_batch_tokens`` (the budget used), and the token-weighted means of the loss
         metrics (``pg_loss``, ``clipfrac_upper``, ``clipfrac_lower``, ``dual_clipfrac``, ``approx_kl``, ``ratio_mean``,
-        ``entropy``, ``kl``); with ``hooks``, reduced over the processes (identical in each).
+        ``entropy``, ``kl``); with ``hooks``, reduced over the processes (identical in each). With
+        ``settings.agent_grad_norms``, per agent ``agent/<a>/{grad_norm,grad_norm_max,grad_share,loss_share,grad_ratio}``
+        (:meth:`drmas_train.algorithm.agent_grads.AgentGradients.metrics`; identical in every process).
 
     Raises:
         ValueError: ``advantages`` not aligned with ``samples``.
@@ -195,7 +239,8 @@ def ppo_update(
         budget = micro_batch_budget(model, samples, settings, hooks, lm_head_chunk=settings.lm_head_chunk)
         return run_epochs(model, opt, samples, settings, seed=seed, hooks=hooks, budget=budget, step=step,
                           share_prompts=share_prompts, additive=("pg_loss",),
-                          keep=advantage_rows(advantages) if skip_zero else None)  # fmt: skip
+                          keep=advantage_rows(advantages) if skip_zero else None,
+                          agent_grads=settings.agent_grad_norms)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -243,6 +288,7 @@ def run_epochs(
     share_prompts: bool,
     additive: Sequence[str],
     keep: np.ndarray | None = None,
+    agent_grads: bool = False,
 ) -> dict[str, float]:
     """The loop the policy and the value update share: ``settings.ppo_epochs`` passes over ``samples``, each cut into
     ``settings.mini_batches`` mini-batches (:func:`loss_layout`: in order, or shuffled with ``seed`` under
@@ -259,10 +305,13 @@ def run_epochs(
         additive: metrics aggregated with the mini-batch divisor (summed over micro-batches, averaged over
             mini-batches); the others are token-weighted means.
         keep: (B,) bool, the samples whose forward/backward runs (the others still count in the divisor); None = all.
+        agent_grads: split each step's gradient into its agents' parts (:mod:`drmas_train.algorithm.agent_grads`):
+            micro-batches planned agent by agent, gradients synchronised at the end of each agent's part.
 
     Returns:
         the metrics (reduced over the processes) plus ``micro_batch_tokens``, ``grad_norm`` (mean pre-clip norm),
-        ``grad_norm_max``, ``steps``, ``skipped_steps`` and ``lr``.
+        ``grad_norm_max``, ``steps``, ``skipped_steps`` and ``lr``; with ``agent_grads`` the per-agent metrics
+        (:meth:`~drmas_train.algorithm.agent_grads.AgentGradients.metrics`).
     """
     n = hooks.average_over
     rng = np.random.default_rng(seed)
@@ -271,6 +320,7 @@ def run_epochs(
     n_mb = 0
     norms: list[float] = []
     skipped = 0
+    split = AgentGradients(opt.params, hooks.sum_shards) if agent_grads else None
     model.train()
     try:
         for _ in range(settings.ppo_epochs):
@@ -283,10 +333,9 @@ def run_epochs(
                     mb = mb[np.asarray(keep)[mb]]
                 mb_samples = [samples[i] for i in mb]
                 n_mb += 1
-                micros = plan_micro_batches(mb_samples, budget, share=share_prompts)
-                passes = hooks.passes(micros)
+                micros, passes, ends = _mini_batch_passes(mb_samples, budget, share_prompts, hooks, split)
                 for r, k in enumerate(passes):
-                    with hooks.sync(r == len(passes) - 1):  # gradients synchronised on the last pass only
+                    with _pass_sync(hooks, r, ends, split):  # gradients synchronised at an agent's / the last pass only
                         if k is None:  # a pass without data: joins the other processes' collectives
                             hooks.idle_pass()
                             continue
@@ -298,6 +347,8 @@ def run_epochs(
                         # aggregated with the mini-batch denominator: micro parts add up to the mini-batch value
                         sums[key] += v / n if key in additive else v * tokens
                     weight += tokens
+                if split is not None:
+                    split.end_mini_batch(samples, layout, b, settings.loss.loss_agg)
                 norm, stepped = opt.step()
                 norms.append(norm)
                 skipped += not stepped
@@ -314,6 +365,8 @@ def run_epochs(
         skipped_steps=float(skipped),
         lr=opt.lr,
     )
+    if split is not None:
+        out.update(split.metrics())
     return out
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from drmas_train.backends.base import LOCAL_BACKENDS
+from drmas_train.model.adapters import attach
 from drmas_train.model.assignment import AgentAssignment, ModelPool
 from drmas_train.model.models import LoadedModel, ModelSpec, load_model
 
@@ -47,6 +48,10 @@ def build_models(
 ) -> ModelPool:
     """Load each distinct model once and build one backend per model.
 
+    Specs with an ``adapter`` (:class:`~drmas_train.model.models.ModelSpec`) are LoRA adapters: those with equal base
+    keys share one loaded base (``loader`` is called once for it, with :meth:`ModelSpec.base_spec`), each adapter its
+    own model id and backend over the shared ``PeftModel`` (:func:`drmas_train.model.adapters.attach`).
+
     Args:
         agent_models: ``agent_id -> model`` (spec, name/path or dict; ``"*"`` = default), or an assignment.
         share: see :class:`AgentAssignment` (ignored when an assignment is given).
@@ -69,10 +74,18 @@ def build_models(
     ids = assignment.model_ids()
     models: dict[str, LoadedModel] = {}
     backends: dict[str, Any] = {}
+    bases: dict[tuple, LoadedModel] = {}  # base key -> the base that its adapters share (drmas_train.model.adapters)
     for agent, model_id in ids.items():
         if model_id in models:
             continue
-        loaded = loader(assignment.agent_specs[agent], model_id)
+        spec = assignment.agent_specs[agent]
+        if spec.adapter is not None:  # one adapter on a base loaded once
+            key = spec.base_key()
+            if key not in bases:
+                bases[key] = loader(spec.base_spec(), model_id)
+            loaded = attach(bases[key], spec, model_id)
+        else:
+            loaded = loader(spec, model_id)
         models[model_id] = loaded
         backends[model_id] = (
             backend(loaded)

@@ -30,6 +30,7 @@ from drmas_train.backends.base import (
     eos_token_ids,
     find_stop,
 )
+from drmas_train.model.adapters import activate
 from drmas_train.model.logprobs import cache_kwarg
 from drmas_train.model.prefill import can_stitch, prefill
 
@@ -213,12 +214,19 @@ class HFBackend(ChatTokenBackend):
         self.pad_token_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
+        #: called before each batched call (:meth:`from_loaded` sets it for an adapter on a shared base)
+        self.before_generate: Callable[[], None] = lambda: None
 
     @classmethod
     def from_loaded(cls, loaded: Any, **kwargs: Any) -> HFBackend:
-        """A backend over a :class:`drmas_train.model.models.LoadedModel` (uses its spec's ``chat_template_kwargs``)."""
+        """A backend over a :class:`drmas_train.model.models.LoadedModel` (uses its spec's ``chat_template_kwargs``);
+        a LoRA adapter on a shared base (``spec.adapter``) is activated before each batched call
+        (:func:`drmas_train.model.adapters.activate`)."""
         kwargs.setdefault("chat_template_kwargs", loaded.spec.chat_template_kwargs)
-        return cls(loaded.model, loaded.tokenizer, **kwargs)
+        backend = cls(loaded.model, loaded.tokenizer, **kwargs)
+        if getattr(loaded.spec, "adapter", None) is not None:
+            backend.before_generate = functools.partial(activate, loaded)
+        return backend
 
     def sync_weights(self, model: Any = None) -> None:
         """No-op: the backend samples from the very model object the trainer updates."""
@@ -234,6 +242,7 @@ class HFBackend(ChatTokenBackend):
         if any(len(p) == 0 for p in prompt_ids):
             raise ValueError("every prompt must have at least one token")
         rows = [list(p) for p in prompt_ids for _ in range(sampling.n)]
+        self.before_generate()  # e.g. this backend's LoRA adapter on a base other backends share
         device = next(self.model.parameters()).device
         seed = sampling.seed if sampling.seed is not None else self._seeds.getrandbits(63)
         generator = torch.Generator(device=device).manual_seed(seed)

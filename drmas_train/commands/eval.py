@@ -7,6 +7,8 @@ Examples::
         --policy llm --model smollm2-135m-instruct --k 4 --max-new-tokens 256 --out runs/eval/smollm2
     drmas eval --env math-solver-verifier-v0 --policy llm --model smollm2-135m-instruct \\
         --agent-model verifier=tiny-qwen3 --out runs/eval/hetero
+    drmas eval --preset quickstart_math --team solver=runs/quickstart_math/checkpoints/iter_000004,\\
+        verifier=runs/quickstart_math --out runs/eval/team        # a checkpoint per role
 
 Results: ``OUT/summary.json`` and ``OUT/episodes.jsonl`` (docs/results-schema.md); rank runs with
 ``drmas leaderboard``.
@@ -21,7 +23,7 @@ from typing import Any
 
 from drmas_train.commands import HelpFormatter
 
-__all__ = ["main", "build_parser", "config_from_args"]
+__all__ = ["main", "build_parser", "add_play_arguments", "config_from_args", "team_models", "report"]
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -31,34 +33,33 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``drmas eval``."""
-    p = argparse.ArgumentParser(
-        prog="drmas eval",
-        description="Evaluate a policy (scripted baseline or LLM agents) on env ids x data sources: avg@k, pass@k.",
-        formatter_class=HelpFormatter,
-    )
-    p.add_argument("--preset", default=None, metavar="PRESET",
-                   help="a training preset or YAML (drmas train --list-presets) whose evaluation this repeats: its env "
-                        "id and env arguments, validation sampling (eval.temperature, eval.top_p), response and prompt "
-                        "limits (rollout.*) and chat-template arguments become the defaults, as the reference's eval "
-                        "mode reuses its training script's settings; flags given here win")
+def _team(text: str) -> list[tuple[str, str]]:
+    """``ROLE=SOURCE[,ROLE=SOURCE...]`` -> ``[(role, source), ...]``."""
+    out = []
+    for part in text.split(","):
+        role, sep, source = part.partition("=")
+        if not sep or not role.strip() or not source.strip():
+            raise argparse.ArgumentTypeError(f"expected ROLE=MODEL[,ROLE=MODEL...], got {text!r}")
+        out.append((role.strip(), source.strip()))
+    return out
+
+
+def add_play_arguments(p: argparse.ArgumentParser, *, presets: bool = True) -> None:
+    """The arguments of how LLM agents are evaluated, shared by ``drmas eval`` and ``drmas crossplay``: env and
+    tasks, samples per task, backend, sampling and length limits, seed, batching, threads, output directory
+    (``presets``: also ``--preset``)."""
+    if presets:
+        p.add_argument("--preset", default=None, metavar="PRESET",
+                       help="a training preset or YAML (drmas train --list-presets) whose evaluation this repeats: its "
+                            "env id and env arguments, validation sampling (eval.temperature, eval.top_p), response and "
+                            "prompt limits (rollout.*) and chat-template arguments become the defaults, as the "
+                            "reference's eval mode reuses its training script's settings; flags given here win")
     p.add_argument("--env", dest="envs", action="append", default=None, metavar="ENV_ID",
                    help="env id name-vN (repeat for several); required unless --preset names one")
     p.add_argument("--data", action="append", default=[], metavar="SPEC",
                    help="task source: file path, reasoning_gym:<name>, hf:<id>; repeat; default: the env's own tasks")
     p.add_argument("--limit", type=int, default=None, help="first N tasks of each source")
     p.add_argument("--k", type=int, default=16, help="samples per task")
-    p.add_argument("--policy", default="oracle", choices=["oracle", "random", "no-search", "llm"],
-                   help="who plays: a scripted baseline, or llm (--model / --agent-model)")
-    p.add_argument("--model", default=None, help="model for every agent (policy llm): a name, path or HF id")
-    p.add_argument("--agent-model", action="append", default=[], type=_key_value, metavar="AGENT=MODEL",
-                   help="per-agent model (policy llm); repeat")
-    p.add_argument(
-        "--backend", default="hf", choices=["hf", "vllm", "openai"],
-        help="LLM backend (policy llm): local hf/vllm, or openai = an OpenAI-compatible server at --base-url",
-    )
-    p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (0 = greedy); default: the preset's eval.temperature, else 0.6 (the reference's)")
     p.add_argument("--top-p", type=float, default=None,
@@ -80,10 +81,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
                    help="chat-template argument of every model, value parsed as JSON when possible; repeat "
                         "(e.g. enable_thinking=false for Qwen3 as the reference's presets)")
-    p.add_argument("--label", default=None, help="display name on leaderboards")
     p.add_argument("--transcripts", action="store_true", help="store every agent call's text in episodes.jsonl")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``drmas eval``."""
+    p = argparse.ArgumentParser(
+        prog="drmas eval",
+        description="Evaluate a policy (scripted baseline or LLM agents) on env ids x data sources: avg@k, pass@k.",
+        formatter_class=HelpFormatter,
+    )
+    add_play_arguments(p)
+    p.add_argument("--policy", default=None, choices=["oracle", "random", "no-search", "llm"],
+                   help="who plays: a scripted baseline, or llm (--model / --agent-model / --team); default: llm when "
+                        "a model is given, else oracle")
+    p.add_argument("--model", default=None, help="model for every agent (policy llm): a name, path or HF id")
+    p.add_argument("--agent-model", action="append", default=[], type=_key_value, metavar="AGENT=MODEL",
+                   help="per-agent model (policy llm); repeat")
+    p.add_argument("--team", action="append", default=[], type=_team, metavar="ROLE=MODEL[,ROLE=MODEL...]",
+                   help="per-role players, where MODEL may also be a training run directory (the role's model at its "
+                        "latest checkpoint), a checkpoint directory runs/<run>/checkpoints/iter_<N> (the role's model "
+                        "in it), or a model folder of a checkpoint .../iter_<N>/models/<key> (that model, whichever role "
+                        "it trained: a role swap; LoRA adapters are played on their run's base); overrides "
+                        "--agent-model for the roles it names")
+    p.add_argument(
+        "--backend", default="hf", choices=["hf", "vllm", "openai"],
+        help="LLM backend (policy llm): local hf/vllm, or openai = an OpenAI-compatible server at --base-url",
+    )
+    p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--label", default=None, help="display name on leaderboards")
     p.add_argument("--out", required=True, help="results directory to create (must not hold a run)")
     return p
 
@@ -118,11 +146,33 @@ def preset_defaults(name: str) -> dict[str, Any]:
             "chat_template_kwargs": dict(template.pop()) if template else {}}  # fmt: skip
 
 
-def config_from_args(args: argparse.Namespace):
+def team_models(args: argparse.Namespace) -> dict[str, Any]:
+    """``--agent-model`` then ``--team`` (resolved by :func:`drmas_train.run.run_models.team_model`), per role.
+
+    Raises:
+        RunModelsError: a run, checkpoint or role of ``--team`` that gives no model.
+    """
+    models: dict[str, Any] = dict(args.agent_model)
+    if args.team:
+        from drmas_train.run.run_models import team_model
+
+        for pairs in args.team:
+            for role, source in pairs:
+                models[role] = team_model(source, role)
+    return models
+
+
+def config_from_args(args: argparse.Namespace, *, agent_models: dict[str, Any] | None = None):
     """An :class:`~drmas_train.eval.evaluate.EvalConfig` from parsed arguments: flags first, then ``--preset``'s
-    settings (:func:`preset_defaults`), then :data:`FALLBACKS` (raises ValueError on bad values)."""
+    settings (:func:`preset_defaults`), then :data:`FALLBACKS` (raises ValueError on bad values).
+
+    ``agent_models``: the per-role models (default: ``--agent-model`` and ``--team``, :func:`team_models`); the
+    policy is ``llm`` when a model is given and ``--policy`` is not."""
     from drmas_train.eval.evaluate import EvalConfig
 
+    agent_models = team_models(args) if agent_models is None else agent_models
+    model = getattr(args, "model", None)
+    policy = getattr(args, "policy", None) or ("llm" if model or agent_models else "oracle")
     preset = preset_defaults(args.preset) if args.preset else {}
     if args.backend == "openai":  # the server applies the chat template and its own prompt limit
         preset.pop("max_prompt_tokens", None)
@@ -139,11 +189,11 @@ def config_from_args(args: argparse.Namespace):
         data=args.data,
         limit=args.limit,
         k=args.k,
-        policy=args.policy,
-        model=args.model,
-        agent_models=dict(args.agent_model),
+        policy=policy,
+        model=model,
+        agent_models=agent_models,
         backend=args.backend,
-        base_url=args.base_url,
+        base_url=getattr(args, "base_url", None),
         temperature=pick("temperature"),
         top_p=pick("top_p"),
         top_k=args.top_k,
@@ -153,14 +203,14 @@ def config_from_args(args: argparse.Namespace):
         seed=args.seed,
         batch_tasks=args.batch_tasks,
         env_kwargs={**preset.get("env_kwargs", {}), **{k: _json_or_str(v) for k, v in args.env_kwarg}},
-        label=args.label,
+        label=getattr(args, "label", None),
         transcripts=args.transcripts,
         chat_template_kwargs={**preset.get("chat_template_kwargs", {}),
                               **{k: _json_or_str(v) for k, v in args.chat_template_kwarg}},
     )
 
 
-def _report(summary: dict[str, Any]) -> str:
+def report(summary: dict[str, Any]) -> str:
     """A short console table: env, data source, tasks, avg@k and pass@k (k = the run's k)."""
     k = summary["k"]
     lines = [f"{'env':<34} {'data_source':<18} {'tasks':>5} {'avg@' + str(k):>9} {'pass@' + str(k):>9}"]
@@ -178,7 +228,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
-    except ValueError as err:
+    except ValueError as err:  # RunModelsError (--team) too
         print(f"drmas eval: {err}", file=sys.stderr)
         return 2
     if args.threads:
@@ -201,6 +251,6 @@ def main(argv: list[str]) -> int:
     except expected as err:  # user errors: say what is wrong, no traceback
         print(f"drmas eval: {err}", file=sys.stderr)
         return 2
-    print(_report(run.summary))
+    print(report(run.summary))
     print(f"wrote {args.out} ({run.summary['num_episodes']} episodes, {run.summary['wall_time_s']:.1f} s)")
     return 0

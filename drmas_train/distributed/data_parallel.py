@@ -186,7 +186,9 @@ def rank_hooks(model: torch.nn.Module, *, rank: int, world_size: int, pad_token_
     """The :class:`~drmas_train.algorithm.update.UpdateHooks` of one rank of the default process group: its
     micro-batches (:func:`rank_passes`), gradients averaged over ``world_size`` ranks and synchronised on a
     mini-batch's last pass (``set_requires_gradient_sync`` / ``no_sync``), zero-loss idle passes, metrics summed over
-    ranks (``all_gather_object``) and an ``"auto"`` budget agreed as the ranks' minimum (``all_reduce``)."""
+    ranks (``all_gather_object``), an ``"auto"`` budget agreed as the ranks' minimum (``all_reduce``), and the
+    per-agent gradient statistics summed over the FSDP2 shards (``all_reduce``; DDP replicas hold the whole gradient,
+    so they need no sum)."""
 
     def reduce(sums: dict[str, float], weight: float) -> tuple[dict[str, float], float]:
         gathered: list[Any] = [None] * world_size
@@ -202,9 +204,15 @@ def rank_hooks(model: torch.nn.Module, *, rank: int, world_size: int, pad_token_
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return int(t.item())
 
+    def sum_shards(values: torch.Tensor) -> torch.Tensor:  # FSDP2: each rank holds a shard of every gradient
+        values = values.clone()  # on the gradients' device (NCCL reduces CUDA tensors only)
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+        return values
+
     return UpdateHooks(forward=rank_forward(model), passes=rank_passes(rank, world_size), average_over=world_size,
                        sync=lambda last: _sync_context(model, sync=last), idle_pass=lambda: _idle_step(model, pad_token_id),
-                       reduce=reduce, agree_budget=agree_budget)  # fmt: skip
+                       reduce=reduce, agree_budget=agree_budget,
+                       sum_shards=sum_shards if is_fsdp2(model) else (lambda values: values))  # fmt: skip
 
 
 def dp_ppo_update(

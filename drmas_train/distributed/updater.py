@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from drmas_train.algorithm.agent_grads import namespaced
 from drmas_train.algorithm.config import CriticConfig, OptimConfig
 from drmas_train.algorithm.critic import critic_models, critic_of
 from drmas_train.algorithm.gae import pad_rows
@@ -313,7 +314,7 @@ class RayUpdater:
             self._failed = model_id
             raise
         peak = out.pop("rank_peak_rss_mb", None)
-        metrics = {f"loss/{model_id}/{k}": v for k, v in out.items()}
+        metrics = namespaced(model_id, out)
         if peak is not None:
             metrics[f"dist/{model_id}/rank_peak_rss_mb"] = peak
         return metrics

@@ -5,6 +5,7 @@ Agents naming the same model key share its weights (Dr. MAS "LLM sharing"); diff
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,10 @@ class ModelConfig:
     """False: the model acts but is never updated (a frozen agent)."""
     lora: LoraConfig | None = None
     """train LoRA adapters instead of all weights (null = full fine-tuning)."""
+    adapters: dict[str, LoraConfig] = field(default_factory=dict)
+    """several LoRA adapters on this model's base weights, held once, e.g. one per agent: ``{solver: {r: 16},
+    verifier: {r: 16}}``, each trained by its own optimizer; an agent plays one with ``agents.<agent>:
+    <key>:<adapter>`` (:mod:`drmas_train.model.adapters`). Empty = no adapters (``lora`` or full weights)."""
     lr: float | None = None
     """per-model override of ``optim.lr``."""
     weight_decay: float | None = None
@@ -59,3 +64,12 @@ class ModelConfig:
             ConfigError: naming the key, the bad value and what is accepted.
         """
         require(self.dtype in DTYPES, f"models.{key}.dtype={self.dtype!r}; accepted: {', '.join(DTYPES)}")
+        require(not (self.adapters and self.lora is not None),
+                f"models.{key}: give lora (one adapter) or adapters (several on one base), not both")  # fmt: skip
+        for name in self.adapters:
+            require(re.fullmatch(r"[A-Za-z0-9_-]+", str(name)) is not None and str(name) not in "lora_",
+                    f"models.{key}.adapters.{name}: adapter names take letters, digits, '_' and '-' only, and not a "
+                    "part of 'lora_' (PEFT's weight prefix), e.g. the agent's name")  # fmt: skip
+        require(not self.adapters or self.backend == "hf",
+                f"models.{key}.backend={self.backend!r} with adapters; accepted: hf (one engine per adapter over the "
+                "shared base; a vLLM engine would merge an adapter into the base)")  # fmt: skip

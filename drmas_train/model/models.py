@@ -30,6 +30,7 @@ import dataclasses
 import difflib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -74,9 +75,16 @@ class ModelSpec:
         chat_template_kwargs: passed to the chat template (e.g. ``{"enable_thinking": False}`` for Qwen3).
         model_id: explicit id in the model pool; by default derived from ``name_or_path``. Two specs that differ
             only by ``model_id`` give two separate models (non-sharing with one architecture).
+        adapter: the name of a LoRA adapter this spec trains (with ``lora``) or plays (with ``adapter_path``) on a
+            base model held once: every spec of one pool whose fields other than ``lora``, ``adapter``,
+            ``adapter_path`` and ``model_id`` are equal (:meth:`base_key`) shares the base's weights, each with
+            its own adapter (:mod:`drmas_train.model.adapters`). None: the spec is a model of its own.
+        adapter_path: a PEFT adapter folder saved by ``save_pretrained`` (a LoRA checkpoint's
+            ``models/<key>[/<adapter>]``), loaded frozen onto the base ``name_or_path``.
 
     Raises:
-        ValueError: an empty name or an unknown dtype.
+        ValueError: an empty name, an unknown dtype, ``lora`` together with ``adapter_path``, or ``adapter`` without
+            either.
     """
 
     name_or_path: str
@@ -88,12 +96,21 @@ class ModelSpec:
     seed: int = 0
     chat_template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     model_id: str | None = None
+    adapter: str | None = None
+    adapter_path: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name_or_path, str) or not self.name_or_path.strip():
             raise ValueError(f"ModelSpec.name_or_path must be a non-empty string, got {self.name_or_path!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"ModelSpec.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.lora and self.adapter_path:
+            raise ValueError("ModelSpec: give lora (a new adapter to train) or adapter_path (a saved one), not both")
+        if self.adapter is not None and not (self.lora or self.adapter_path):
+            raise ValueError(f"ModelSpec.adapter={self.adapter!r} needs lora (its settings) or adapter_path (its weights)")
+        if self.adapter is not None and (not re.fullmatch(r"[A-Za-z0-9_-]+", self.adapter) or self.adapter in "lora_"):
+            raise ValueError(f"ModelSpec.adapter={self.adapter!r}: use letters, digits, '_' and '-' only, and not a part "
+                             "of 'lora_' (PEFT's weight prefix)")  # fmt: skip
 
     def key(self) -> tuple:
         """Hashable identity: agents whose specs have equal keys share one model."""
@@ -107,7 +124,19 @@ class ModelSpec:
             self.seed,
             repr(sorted(self.chat_template_kwargs.items())),
             self.model_id,
+            self.adapter,
+            self.adapter_path,
         )
+
+    def base_key(self) -> tuple:
+        """Hashable identity of the base weights: the specs of one pool with equal base keys and an ``adapter``
+        share one base model."""
+        return (self.name_or_path, self.dtype, self.device, self.trainable, repr(sorted(self.optimizer.items())),
+                self.seed, repr(sorted(self.chat_template_kwargs.items())))  # fmt: skip
+
+    def base_spec(self) -> ModelSpec:
+        """This spec without its adapter (``lora``, ``adapter``, ``adapter_path`` and ``model_id`` cleared)."""
+        return dataclasses.replace(self, lora=None, adapter=None, adapter_path=None, model_id=None)
 
     def default_id(self) -> str:
         """``model_id`` if set, else the last path component of ``name_or_path``."""
@@ -336,7 +365,9 @@ def load_model(spec: ModelSpec | str, model_id: str | None = None) -> LoadedMode
     """Load the model and tokenizer ``spec`` names, on ``spec.device`` in ``spec.dtype``.
 
     The tokenizer always has a pad token (EOS when the model defines none) and a chat template. ``spec.lora``
-    wraps the model with PEFT LoRA adapters; ``trainable=False`` freezes every parameter.
+    wraps the model with PEFT LoRA adapters and ``spec.adapter_path`` loads a saved adapter onto it (frozen);
+    ``trainable=False`` freezes every parameter. ``spec.adapter`` is the pool's business
+    (:func:`drmas_train.backends.factory.build_models`): a spec loaded here alone is a model of its own.
 
     Raises:
         ModelNotFoundError: an unknown name/path, or a Hub id not cached while ``HF_HUB_OFFLINE=1``.
@@ -359,6 +390,10 @@ def load_model(spec: ModelSpec | str, model_id: str | None = None) -> LoadedMode
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **spec.lora))
+    elif spec.adapter_path:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, spec.adapter_path, is_trainable=False)
     if not spec.trainable:
         model.requires_grad_(False)
     model.eval()

@@ -4,8 +4,10 @@ The run owns the checkpoint directory; the updater that trains the models writes
 (``updater.write_state(folder)``, read back by ``updater.read_state(folder)``). Layout of one checkpoint
 (``<run dir>/checkpoints/iter_000004/``)::
 
-    models/<model_id>/      save_pretrained of the model (LoRA: the adapter only) and its tokenizer
-    optim/<model_id>.pt     ModelOptimizer.state_dict(): AdamW + LR scheduler + skipped-step counter
+    models/<model_id>/      save_pretrained of the model (LoRA: the adapter only) and its tokenizer; the LoRA
+                            adapters of one base (model ids <key>:<adapter>): models/<key>/<adapter>/ each
+    optim/<model_id>.pt     ModelOptimizer.state_dict(): AdamW + LR scheduler + skipped-step counter (an adapter's:
+                            optim/<key>/<adapter>.pt)
                             (these two from the single-process updater, :func:`save_model_states`; the Ray updater
                             writes models/ from rank 0 and sharded/<model_id>/ from every rank instead)
     critics/<critic_id>/    PPO's critics (``algorithm.estimator: gae``): value_model.safetensors + optim.pt
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmas_train.model.adapters import split_model_id
 from drmas_train.model.weights import load_weights
 
 __all__ = [
@@ -99,7 +102,15 @@ def save_model_states(folder: str | Path, models: dict[str, tuple[Any, Any]], op
             tokenizer.save_pretrained(folder / "models" / model_id)
     (folder / "optim").mkdir(exist_ok=True)
     for model_id, opt in optimizers.items():
-        torch.save(opt.state_dict(), folder / "optim" / f"{model_id}.pt")
+        file = _optim_file(folder, model_id)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(opt.state_dict(), file)
+
+
+def _optim_file(folder: Path, model_id: str) -> Path:
+    """``optim/<model_id>.pt``; a LoRA adapter's (``<key>:<adapter>``) is ``optim/<key>/<adapter>.pt``."""
+    key, adapter = split_model_id(model_id)
+    return folder / "optim" / (f"{key}.pt" if adapter is None else f"{key}/{adapter}.pt")
 
 
 def load_model_states(folder: str | Path, models: dict[str, Any], optimizers: dict[str, Any]) -> None:
@@ -112,7 +123,7 @@ def load_model_states(folder: str | Path, models: dict[str, Any], optimizers: di
     for model_id, model in models.items():
         load_weights(model, folder / "models" / model_id)
     for model_id, opt in optimizers.items():
-        file = folder / "optim" / f"{model_id}.pt"
+        file = _optim_file(folder, model_id)
         if not file.is_file():
             raise FileNotFoundError(f"checkpoint {folder} has no optimizer state for model {model_id!r}")
         opt.load_state_dict(torch.load(file, weights_only=True))

@@ -32,6 +32,7 @@ from drmas_train.collect.config import RolloutConfig
 from drmas_train.distributed.config import DistributedConfig
 from drmas_train.errors import ConfigError, require
 from drmas_train.eval.config import ValidationConfig
+from drmas_train.model.adapters import split_model_id
 from drmas_train.model.assignment import agent_mismatch
 from drmas_train.model.config import LoraConfig, ModelConfig
 
@@ -103,6 +104,9 @@ class RunConfig:
     """write reward / grad-norm PNG at the end."""
     save_samples: bool = False
     """write each iteration's samples (prompts, responses, rewards) to ``samples/iter_NNNNNN.jsonl``."""
+    health_warn_ratio: float = 4.0
+    """warn when one agent's advantage second moment, or its gradient share per loss share, reaches this many
+    times the median of the other agents' (:mod:`drmas_train.run.agent_health`; docs/agent-health.md); 0 = never."""
 
 
 @dataclass
@@ -115,7 +119,7 @@ class TrainConfig:
     models: dict[str, ModelConfig] = field(default_factory=dict)
     """model key -> model."""
     agents: dict[str, str] = field(default_factory=dict)
-    """env agent id -> model key."""
+    """env agent id -> model key, or ``<key>:<adapter>`` for one of the model's LoRA adapters (``models.<key>.adapters``)."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -256,16 +260,33 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     cfg.distributed.validate(list(cfg.models))
     require(cfg.run.num_threads >= 0, f"run.num_threads must be >= 0 (0 = all available cores), got {cfg.run.num_threads}")
     require(cfg.run.iterations >= 1, f"run.iterations must be >= 1, got {cfg.run.iterations}")
+    require(cfg.run.health_warn_ratio == 0 or cfg.run.health_warn_ratio > 1,
+            f"run.health_warn_ratio must be 0 (never warn) or > 1, got {cfg.run.health_warn_ratio}")  # fmt: skip
     require(bool(cfg.models), "no models: define at least one under 'models:' (e.g. models.shared.name_or_path=...)")
     require(bool(cfg.agents), "no agents: map each env agent to a model key under 'agents:' (e.g. agents.solver=shared)")
-    for agent, key in cfg.agents.items():
-        if key not in cfg.models:
-            close = difflib.get_close_matches(str(key), cfg.models, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"agents.{agent}={key!r} names no model; defined models: {sorted(cfg.models)}.{hint}")
     for key, m in cfg.models.items():
         m.validate(key)
         require(m.backend in LOCAL_BACKENDS, f"models.{key}.backend={m.backend!r}; accepted: {', '.join(LOCAL_BACKENDS)}")
+    for agent, name in cfg.agents.items():
+        key, adapter = split_model_id(str(name))
+        if key not in cfg.models:
+            close = difflib.get_close_matches(key, cfg.models, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"agents.{agent}={name!r} names no model; defined models: {sorted(cfg.models)}.{hint}")
+        adapters = sorted(cfg.models[key].adapters)
+        if adapter is None:
+            require(not adapters, f"agents.{agent}={name!r}: models.{key} holds adapters {adapters}; name one, e.g. "
+                    f"agents.{agent}={key}:{adapters[0] if adapters else ''}")  # fmt: skip
+        else:
+            require(bool(adapters), f"agents.{agent}={name!r}: models.{key} has no adapters; name the model alone "
+                    f"(agents.{agent}={key}) or define models.{key}.adapters.{adapter}")  # fmt: skip
+            require(adapter in adapters, f"agents.{agent}={name!r}: models.{key} has no adapter {adapter!r}; its "
+                    f"adapters: {adapters}")  # fmt: skip
+    if cfg.algorithm.estimator == "gae":
+        with_adapters = sorted(key for key, m in cfg.models.items() if m.adapters)
+        require(not with_adapters, f"algorithm.estimator=gae with models.{with_adapters[0] if with_adapters else ''}"
+                ".adapters: a critic starts from its policy's weights, and several adapters share one base; give "
+                "each agent a model of its own (or one LoRA per model: models.<key>.lora) with the gae estimator")  # fmt: skip
     if cfg.distributed.enabled:
         _validate_distributed_run(cfg)
     if env_agents is not None:
@@ -282,6 +303,9 @@ def _validate_distributed_run(cfg: TrainConfig) -> None:
                 "distributed.generation_engine=vllm; accepted: top_k=-1, top_p=1.0 (vLLM's log-probs are taken after "
                 "top-k/top-p filtering, not the drmas convention; use generation_engine=hf to train with them)")  # fmt: skip
     for key, m in cfg.models.items():
+        require(not m.adapters, f"models.{key}.adapters with distributed.enabled=true: the adapters of one base train "
+                "in one process (a worker group per adapter would load the base again); use distributed.enabled=false, "
+                f"or give each agent a model of its own")  # fmt: skip
         require(m.backend == "hf", f"models.{key}.backend={m.backend!r} with distributed.enabled=true; accepted: hf "
                 "(the driver's copy; vLLM generation workers: distributed.generation_engine=vllm)")  # fmt: skip
         require(m.device == "cpu", f"models.{key}.device={m.device!r} with distributed.enabled=true; leave it 'cpu': "

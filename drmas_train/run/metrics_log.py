@@ -19,7 +19,7 @@ import numpy as np
 from drmas_train.algorithm.advantages import group_index, group_stats
 from drmas_train.collect.samples import Sample
 
-__all__ = ["batch_metrics", "MetricsLogger", "read_metrics", "plot_run"]
+__all__ = ["batch_metrics", "prop43_ratios", "MetricsLogger", "read_metrics", "plot_run"]
 
 
 def batch_metrics(samples: Sequence[Sample], advantages: np.ndarray) -> dict[str, float]:
@@ -31,9 +31,13 @@ def batch_metrics(samples: Sequence[Sample], advantages: np.ndarray) -> dict[str
 
     Returns:
         ``rollout/{samples,trajectories,groups,accuracy,score_mean}``; per agent ``reward/<a>/{mean,std}``,
-        ``reward/<a>/valid_action_ratio``, ``reward/<a>/response_length`` (tokens), ``reward/<a>/calls_per_traj``,
-        ``adv/<a>/{mean,std}`` and ``adv/<a>/zero_std_group_share`` (share of (uid, agent) groups whose scores
-        are all equal, i.e. no learning signal).
+        ``reward/<a>/valid_action_ratio``, ``reward/<a>/format_penalty_rate`` (share of its calls whose reward was
+        cut by a format penalty: ``reward < score``), ``reward/<a>/response_length`` (tokens),
+        ``reward/<a>/calls_per_traj``, ``adv/<a>/{mean,std}``, ``adv/<a>/second_moment`` (``mean(A^2)`` over its
+        calls, the quantity of Prop. 4.3), ``adv/<a>/prop43_ratio`` (:func:`prop43_ratios`: the second moment that
+        one pooled baseline per ``uid`` would give it), ``adv/<a>/zero_std_group_share`` (share of (uid, agent)
+        groups whose scores are all equal, i.e. no learning signal) and ``adv/<a>/zero_adv_group_share`` (share of
+        its (uid, agent) groups whose advantages are all exactly 0).
     """
     out: dict[str, float] = {}
     if not samples:
@@ -47,6 +51,7 @@ def batch_metrics(samples: Sequence[Sample], advantages: np.ndarray) -> dict[str
     adv = np.asarray(advantages, dtype=np.float64)
     agents = np.array([s.agent_id for s in samples])
     rewards = np.array([s.reward for s in samples], dtype=np.float64)
+    predicted = prop43_ratios(rewards, [s.uid for s in samples], agents.tolist())
     for agent in sorted(set(agents.tolist())):
         sel = agents == agent
         sub = [s for s in samples if s.agent_id == agent]
@@ -55,14 +60,49 @@ def batch_metrics(samples: Sequence[Sample], advantages: np.ndarray) -> dict[str
         out[f"reward/{agent}/valid_action_ratio"] = float(np.mean([s.is_action_valid for s in sub]))
         out[f"reward/{agent}/response_length"] = float(np.mean([len(s.response_ids) for s in sub]))
         out[f"reward/{agent}/calls_per_traj"] = len(sub) / max(len({s.traj_uid for s in sub}), 1)
+        out[f"reward/{agent}/format_penalty_rate"] = float(np.mean([s.reward < s.score for s in sub]))
         values = adv[sel] if adv.ndim == 1 else np.concatenate([adv[i, : len(s.response_ids)] for i, s in
                                                                  enumerate(samples) if s.agent_id == agent])  # fmt: skip
         out[f"adv/{agent}/mean"] = float(values.mean()) if values.size else 0.0
         out[f"adv/{agent}/std"] = float(values.std()) if values.size else 0.0
+        out[f"adv/{agent}/second_moment"] = float(np.mean(values**2)) if values.size else 0.0
+        out[f"adv/{agent}/prop43_ratio"] = predicted.get(agent, float("nan"))
         groups = group_index([s.uid for s in sub])
         _, _, std = group_stats(rewards[sel], groups, unbiased=False)
         out[f"adv/{agent}/zero_std_group_share"] = float(np.mean(std == 0.0))
+        moved = adv[sel] != 0 if adv.ndim == 1 else (adv[sel] != 0).any(axis=1)  # a call with any non-zero advantage
+        nonzero = np.bincount(groups, weights=moved.astype(np.float64), minlength=len(std))
+        out[f"adv/{agent}/zero_adv_group_share"] = float(np.mean(nonzero == 0))
     return out
+
+
+def prop43_ratios(rewards: Sequence[float] | np.ndarray, uids: Sequence[str], agents: Sequence[str]) -> dict[str, float]:
+    """Each agent's advantage second moment under one pooled baseline per prompt group (``grpo_step``): the
+    Dr. MAS paper's Proposition 4.3 factor ``(sigma_k^2 + (mu_k - mu)^2) / sigma^2`` (arXiv 2602.08847, Sec. 4;
+    docs/stability.md), measured on a batch.
+
+    With ``d_i = r_i - mean of r over i's uid`` (deviation from its group's pooled mean):
+    ``ratio_k = mean_{i of agent k} d_i^2 / mean_i d_i^2``. Within one group ``mean_{i of k} d_i^2 = sigma_k^2 +
+    (mu_k - mu)^2`` and ``mean_i d_i^2 = sigma^2``; over many groups both are averaged (population variances, no
+    n - 1). The share-weighted sum ``sum_k p_k ratio_k`` is exactly 1 (``p_k``: agent k's share of the calls).
+    Agent-wise normalisation (Dr. MAS) brings every agent's measured ``adv/<a>/second_moment`` to about 1 whatever
+    this ratio is.
+
+    Args:
+        rewards: (B,) per-call rewards. uids: (B,) prompt-group ids. agents: (B,) agent ids.
+
+    Returns:
+        ``{agent: ratio}``; empty when every group's rewards are constant (sigma = 0: no baseline is defined).
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    groups = group_index(list(uids))
+    _, mean, _ = group_stats(r, groups, unbiased=False)
+    d2 = (r - mean[groups]) ** 2
+    total = float(d2.mean()) if d2.size else 0.0
+    if total <= 0.0:
+        return {}
+    agent_arr = np.asarray(agents)
+    return {a: float(d2[agent_arr == a].mean() / total) for a in sorted(set(agents))}
 
 
 class MetricsLogger:
@@ -116,9 +156,27 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [by_iter[k] for k in sorted(by_iter)]
 
 
+#: the per-agent health panels of the plot: (title, y label, [(metric template, line style, legend suffix), ...]);
+#: ``{a}`` is the agent id.
+HEALTH_PANELS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
+    ("gradient norm per agent (pre-clip)", "L2 norm of the agent's part", (("agent/{a}/grad_norm", "-", ""),)),
+    ("gradient share per agent (dashed: loss share)", "share of the model's |g|^2",
+     (("agent/{a}/grad_share", "-", ""), ("agent/{a}/loss_share", "--", " loss share"))),
+    ("advantage E[A^2] per agent (dashed: Prop. 4.3)", "second moment",
+     (("adv/{a}/second_moment", "-", ""), ("adv/{a}/prop43_ratio", "--", " Prop. 4.3"))),
+    ("response length per agent", "tokens", (("reward/{a}/response_length", "-", ""),)),
+    ("format-penalty rate (dashed: zero-adv. groups)", "share",
+     (("reward/{a}/format_penalty_rate", "-", ""), ("adv/{a}/zero_adv_group_share", "--", " zero-adv groups"))),
+    ("rollout vs trainer log-prob gap per agent", "mean |Δ log p| (nats)", (("agent/{a}/logprob_gap_mean", "-", ""),)),
+)
+
+
 def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None = None) -> Path:
-    """PNG with three panels over iterations: accuracy (train ``rollout/accuracy`` and validation ``val/avg@k``),
-    reward mean per agent, and pre-clip grad norm per model.
+    """PNG over iterations: accuracy (train ``rollout/accuracy`` and validation ``val/avg@k``), reward mean per agent,
+    and pre-clip grad norm per model; when the run logged per-agent health (:mod:`drmas_train.run.agent_health`), two
+    more rows of :data:`HEALTH_PANELS` (gradient norm and share, advantage second moment against the Prop. 4.3
+    prediction, response length, format-penalty rate and zero-advantage groups, log-prob gap, per agent), with the
+    iterations where an agent ran away from the others (``health/runaway_agents`` > 0) shaded.
 
     Validation points exist only at the iterations where it ran; they are drawn as markers joined by a line, with
     their standard error over tasks (``val/avg@k_stderr``) as error bars. The latest paired held-out gain over
@@ -139,18 +197,25 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     stderr: dict[str, dict[int, float]] = defaultdict(dict)  # val/avg@k -> iteration -> standard error
     gain: tuple[str, int, float, float] | None = None  # the latest (val key, iteration, gain, its stderr)
+    every: dict[str, list[tuple[int, float]]] = defaultdict(list)  # every metric's finite points (health panels)
     for row in rows:
         for k, v in row.items():
             if v is None:
                 continue
+            if k != "iteration":
+                every[k].append((row["iteration"], v))
             if k.startswith("val/avg@") and k.endswith("_gain") and row.get(k + "_stderr") is not None:
                 gain = (k.removesuffix("_gain"), row["iteration"], v, row[k + "_stderr"])
-            if (k.startswith("reward/") and k.endswith("/mean") or k.endswith("/grad_norm")
+            if (k.startswith("reward/") and k.endswith("/mean") or k.startswith("loss/") and k.endswith("/grad_norm")
                     or k == "rollout/accuracy" or k.startswith("val/avg@") and "_" not in k):  # fmt: skip
                 series[k].append((row["iteration"], v))
             if k.startswith("val/avg@") and k.endswith("_stderr") and "_gain" not in k:
                 stderr[k.removesuffix("_stderr")][row["iteration"]] = v
-    fig, (ax_a, ax_r, ax_g) = plt.subplots(1, 3, figsize=(16, 4))
+    agents = sorted({k.split("/")[1] for k in every if k.startswith("agent/")}
+                    | {k.split("/")[1] for k in every if k.startswith("adv/") and k.endswith("/second_moment")})  # fmt: skip
+    health_rows = 2 if agents else 0
+    fig, axes = plt.subplots(1 + health_rows, 3, figsize=(16, 4 * (1 + health_rows)), squeeze=False)
+    ax_a, ax_r, ax_g = axes[0]
     for k, pts in sorted(series.items()):
         xs, ys = zip(*pts, strict=False)
         if k == "rollout/accuracy":
@@ -170,9 +235,23 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
                   transform=ax_a.transAxes, va="top", fontsize=9, bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
     ax_r.set(title="reward per agent (mean)", xlabel="iteration", ylabel="reward")
     ax_g.set(title="pre-clip grad norm per model", xlabel="iteration", ylabel="L2 norm")
-    for ax in (ax_a, ax_r, ax_g):
+    panels = list(axes[0])
+    runaway = [it for it, v in every.get("health/runaway_agents", []) if v > 0]
+    for ax, (panel_title, ylabel, lines) in zip(axes[1:].flat, HEALTH_PANELS, strict=False):
+        for i, a in enumerate(agents):
+            for template, style, suffix in lines:
+                pts = every.get(template.format(a=a))
+                if pts:
+                    xs, ys = zip(*pts, strict=False)
+                    ax.plot(xs, ys, linestyle=style, marker="o" if style == "-" else None, color=f"C{i}",
+                            label=f"{a}{suffix}")  # fmt: skip
+        for it in runaway:  # iterations where an agent ran away from the others
+            ax.axvspan(it - 0.5, it + 0.5, color="red", alpha=0.08, lw=0)
+        ax.set(title=panel_title, xlabel="iteration", ylabel=ylabel)
+        panels.append(ax)
+    for ax in panels:
         if ax.lines:
-            ax.legend()
+            ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title)

@@ -50,22 +50,30 @@ class RunState:
         return self.elapsed_before + time.perf_counter() - self.started
 
 
+def _peft_lora(lora: Any) -> dict[str, Any] | None:
+    """PEFT ``LoraConfig`` keyword arguments of a ``models.<key>.lora`` (or adapter) section."""
+    if lora is None:
+        return None
+    return {"r": lora.r, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout, "target_modules": list(lora.target_modules)}
+
+
 def model_specs(cfg: TrainConfig) -> dict[str, Any]:
     """``agent_id -> ModelSpec`` for :func:`drmas_train.backends.factory.build_models`; the config key is the model id,
-    so agents naming the same key share one model and different keys never do."""
+    so agents naming the same key share one model and different keys never do. An agent naming ``<key>:<adapter>``
+    gets that LoRA adapter of the key's base (model id ``<key>:<adapter>``; the base is loaded once for all its
+    adapters)."""
+    from drmas_train.model.adapters import split_model_id
     from drmas_train.model.models import ModelSpec
 
     specs = {}
-    for agent, key in cfg.agents.items():
+    for agent, name in cfg.agents.items():
+        key, adapter = split_model_id(name)
         m = cfg.models[key]
-        lora = None
-        if m.lora is not None:
-            lora = {"r": m.lora.r, "lora_alpha": m.lora.alpha, "lora_dropout": m.lora.dropout,
-                    "target_modules": list(m.lora.target_modules)}  # fmt: skip
+        lora = _peft_lora(m.adapters[adapter] if adapter is not None else m.lora)
         overrides = {k: v for k, v in (("lr", m.lr), ("weight_decay", m.weight_decay)) if v is not None}
         specs[agent] = ModelSpec(
             m.name_or_path, dtype=m.dtype, device=m.device, trainable=m.trainable, lora=lora, optimizer=overrides,
-            seed=cfg.seed, chat_template_kwargs=dict(m.chat_template_kwargs), model_id=key,
+            seed=cfg.seed, chat_template_kwargs=dict(m.chat_template_kwargs), model_id=name, adapter=adapter,
         )  # fmt: skip
     return specs
 
@@ -97,6 +105,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     from drmas_train.backends.factory import build_models, make_backend
     from drmas_train.collect.task_sampler import TaskSampler
     from drmas_train.distributed.errors import DistributedError
+    from drmas_train.model.adapters import split_model_id
     from drmas_train.model.models import ModelNotFoundError
     from drmas_train.run.checkpoint import load_checkpoint
     from drmas_train.run.env_setup import (
@@ -151,7 +160,8 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         pool = build_models(
             specs,
             env_agents=list(probe.possible_agents),
-            backend=lambda loaded: make_backend(loaded, cfg.models[loaded.model_id].backend, seed=cfg.seed),
+            backend=lambda loaded: make_backend(loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend,
+                                                seed=cfg.seed),  # fmt: skip
             **({"loader": loader} if loader is not None else {}),
         )
     except ModelNotFoundError as err:  # a user mistake in models.<key>.name_or_path: exit 2, nothing written
@@ -176,6 +186,9 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
             **({"loader": loader} if loader is not None else {}),
         )  # fmt: skip
     else:
+        from drmas_train.model.adapters import adapter_parameters
+
+        refs: dict[int, Any] = {}  # one frozen copy per loaded model object (adapters of one base share theirs)
         for model_id, loaded in pool.models.items():
             if not loaded.spec.trainable:
                 continue
@@ -184,11 +197,14 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
                 model_id, loaded.model, lr=loaded.spec.optimizer.get("lr", o.lr),
                 weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
                 warmup_steps=o.warmup_steps, grad_clip=o.grad_clip, offload=o.offload,
+                params=adapter_parameters(loaded) if loaded.spec.adapter is not None else None,
             )  # fmt: skip
-            if a.kl_coef or a.reward_kl_coef:
+            if a.kl_coef or a.reward_kl_coef:  # a new LoRA adapter starts at B = 0: its base is its reference
                 import copy
 
-                ref_models[model_id] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
+                if id(loaded.model) not in refs:
+                    refs[id(loaded.model)] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
+                ref_models[model_id] = refs[id(loaded.model)]
         if not optimizers:
             raise ConfigError("no trainable model: set trainable: true on at least one model")
         critics = {cid: build_critic(pool.models[mid].model, cid, cfg.critic, betas=cfg.optim.betas, seed=cfg.seed,
@@ -448,10 +464,13 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
 
     from drmas_train.collect.rollout import save_samples
     from drmas_train.distributed.errors import DistributedError
+    from drmas_train.run.agent_health import HealthMonitor
     from drmas_train.run.metrics_log import batch_metrics, plot_run
 
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
     guard.attach(run)
+    health = HealthMonitor(run.pool.agent_model_ids, cfg.run.health_warn_ratio, cfg.algorithm.estimator,
+                           cfg.algorithm.grouping)  # fmt: skip
     bar = tqdm(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
         first = _validate(run, 0)  # the initial weights, as the reference's val_before_train
@@ -487,6 +506,7 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
             bar.n = it
             guard.release(it)
             continue
+        metrics.update(health.check(it + 1, metrics)[0])  # per-agent runaway signals; warns when one crosses
         t2 = time.perf_counter()
         if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
             metrics.update(_validate(run, it + 1))

@@ -27,11 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from drmas_train.algorithm.agent_grads import namespaced
 from drmas_train.algorithm.critic import critic_of, critic_values, value_update
 from drmas_train.algorithm.gae import pad_rows
 from drmas_train.algorithm.old_logprobs import old_logprobs_for_update, recompute_old_logprobs
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
+from drmas_train.model.adapters import activate
+from drmas_train.model.adapters import load as load_adapter
+from drmas_train.model.adapters import save as save_adapter
 from drmas_train.run.checkpoint import (
     load_critic_states,
     load_model_states,
@@ -78,12 +82,15 @@ class LocalUpdater:
 
         Returns:
             ``loss/<model_id>/<metric>`` for every metric of :func:`~drmas_train.algorithm.update.ppo_update`, plus the
-            π_old mismatch metrics of :func:`~drmas_train.algorithm.old_logprobs.logprob_mismatch` when recomputed.
+            π_old mismatch metrics of :func:`~drmas_train.algorithm.old_logprobs.logprob_mismatch` when recomputed;
+            the per-agent ones (``agent/<agent>/<metric>``: gradient split, log-prob gap) under their own names
+            (:func:`~drmas_train.algorithm.agent_grads.namespaced`).
         """
         metrics = {}
         for model_id, opt in self.optimizers.items():
             idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
             loaded = self.pool.models[model_id]
+            activate(loaded)  # a LoRA adapter on a shared base: its weights, and only its, take gradients
             pad = loaded.tokenizer.pad_token_id
             model_samples, drift = old_logprobs_for_update(  # π_old from the training model, as the reference
                 loaded.model, [samples[i] for i in idx], adv[idx], self.settings, pad_token_id=pad
@@ -92,7 +99,7 @@ class LocalUpdater:
                 out = ppo_update(loaded.model, opt, model_samples, adv[idx], self.settings, pad_token_id=pad,
                                  ref_model=self.ref_models.get(model_id), seed=seed)  # fmt: skip
             self.pool.backends[model_id].sync_weights(loaded.model)
-            metrics.update({f"loss/{model_id}/{k}": v for k, v in {**drift, **out}.items()})
+            metrics.update(namespaced(model_id, {**drift, **out}))
         return metrics
 
     def _pad(self, samples: list[Any]) -> int:
@@ -133,6 +140,7 @@ class LocalUpdater:
             if not idx:
                 continue
             part, pad = [samples[i] for i in idx], self._pad([samples[idx[0]]])
+            activate(self.pool.models[model_id])  # a LoRA adapter on a shared base: its own weights
             if self.settings.recompute_old_logprobs:
                 part, _ = recompute_old_logprobs(self.pool.models[model_id].model, part, self.settings, pad_token_id=pad)
             ref_part, _ = recompute_old_logprobs(ref_model, part, self.settings, pad_token_id=pad)
@@ -166,12 +174,21 @@ class LocalUpdater:
     def resume_generation(self) -> None:
         """Nothing to wake in-process (after an iteration without a policy update)."""
 
+    def _adapters(self) -> list[str]:
+        """Trainable model ids that are LoRA adapters on a shared base."""
+        return [mid for mid in self.optimizers if self.pool.models[mid].spec.adapter is not None]
+
     def write_state(self, folder: Path) -> None:
         """The trainable models' weights, tokenizers and optimizer states into a checkpoint folder
-        (:func:`drmas_train.run.checkpoint.save_model_states`), and the critics'
+        (:func:`drmas_train.run.checkpoint.save_model_states`); a LoRA adapter on a shared base as
+        ``models/<key>/<adapter>/`` (:func:`drmas_train.model.adapters.save`); the critics'
         (:func:`~drmas_train.run.checkpoint.save_critic_states`)."""
-        models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.optimizers}
+        adapters = self._adapters()
+        models = {mid: (self.pool.models[mid].model, self.pool.models[mid].tokenizer) for mid in self.optimizers
+                  if mid not in adapters}  # fmt: skip
         save_model_states(folder, models, self.optimizers)
+        for mid in adapters:
+            save_adapter(self.pool.models[mid], Path(folder) / "models")
         save_critic_states(folder, self.critics)
 
     def read_state(self, folder: Path) -> None:
@@ -180,7 +197,11 @@ class LocalUpdater:
         Raises:
             FileNotFoundError: a model, optimizer or critic of this run is absent from the checkpoint.
         """
-        load_model_states(folder, {mid: self.pool.models[mid].model for mid in self.optimizers}, self.optimizers)
+        adapters = self._adapters()
+        for mid in adapters:
+            load_adapter(self.pool.models[mid], Path(folder) / "models")
+        load_model_states(folder, {mid: self.pool.models[mid].model for mid in self.optimizers if mid not in adapters},
+                          self.optimizers)  # fmt: skip
         load_critic_states(folder, self.critics)
         for mid, loaded in self.pool.models.items():
             self.pool.backends[mid].sync_weights(loaded.model)

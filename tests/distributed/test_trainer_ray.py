@@ -65,6 +65,10 @@ def test_ray_iteration_matches_single_process(runs):
         assert m_dist["loss/m/grad_norm"] == pytest.approx(m_local["loss/m/grad_norm"], rel=1e-4)
         assert m_dist["loss/m/pg_loss"] == pytest.approx(m_local["loss/m/pg_loss"], rel=1e-4, abs=1e-7)
         assert m_dist["loss/m/steps"] == m_local["loss/m/steps"] == 1.0
+        for agent in ("a", "b"):  # per-agent health through the ranks: the same numbers as in one process
+            for metric in ("grad_norm", "grad_share", "loss_share", "logprob_gap_mean"):
+                key = f"agent/{agent}/{metric}"
+                assert m_dist[key] == pytest.approx(m_local[key], rel=1e-4, abs=1e-7), key
     assert backend.group.engines.restarts == 0
 
 

@@ -100,7 +100,7 @@ def test_values_are_read_at_the_position_before_each_response_token():
 def test_value_update_fits_the_returns():
     """Repeated updates on fixed returns: the value loss falls and the values approach the returns."""
     critic, opt = build_critic(
-        load_model("tiny-llama").model, "m", CriticConfig(lr=1e-3), betas=[0.9, 0.999], seed=0
+        load_model("tiny-llama").model, "m", CriticConfig(lr=1e-3), betas=[0.9, 0.999], seed=0, offload=False
     )
     samples = _samples(critic.config.vocab_size, n=8)
     returns, _ = pad_rows([np.linspace(-0.5, 1.0, len(s.response_ids)) * (1 if i % 2 else -1)
@@ -176,14 +176,14 @@ def test_critic_keys_per_model_and_per_agent():
 
 def test_critic_checkpoint_round_trip(tmp_path):
     lm = load_model("tiny-llama").model
-    critic, opt = build_critic(lm, "m", CriticConfig(lr=1e-3), betas=[0.9, 0.999], seed=0)
+    critic, opt = build_critic(lm, "m", CriticConfig(lr=1e-3), betas=[0.9, 0.999], seed=0, offload=False)
     samples = _samples(critic.config.vocab_size, n=4)
     returns, _ = pad_rows([np.ones(len(s.response_ids)) for s in samples])
     value_update(
         critic, opt, samples, np.zeros_like(returns), returns, SETTINGS, pad_token_id=0
     )  # Adam has state
     save_critic_states(tmp_path, {"m": (critic, opt)})
-    other, other_opt = build_critic(lm, "m", CriticConfig(lr=1e-3), betas=[0.9, 0.999], seed=1)
+    other, other_opt = build_critic(lm, "m", CriticConfig(lr=1e-3), betas=[0.9, 0.999], seed=1, offload=False)
     load_critic_states(tmp_path, {"m": (other, other_opt)})
     for a, b in zip(critic.state_dict().values(), other.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b)
