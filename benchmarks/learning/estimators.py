@@ -278,10 +278,8 @@ def _train_one(job: dict[str, Any]) -> dict[str, Any]:
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(message)s", handlers=[handler], force=True
     )
-    for name in (
-        "drmas_train",
-        "drmas_envs",
-    ):  # what `drmas train` prints: per-iteration summaries, validations
+    # what `drmas train` prints: per-iteration summaries, validations
+    for name in ("drmas_train", "drmas_envs"):
         logging.getLogger(name).setLevel(logging.INFO)
     cfg = load_config(job["preset"], job["overrides"])
     load_start = os.getloadavg()[0]
