@@ -7,7 +7,9 @@ standard-error bars) and ``leaderboard.json`` (the tables as data).
 Rows are (run, env id) pairs; columns are the suite's data sources. The ranking metric is avg@k (mean accuracy
 of one sample), averaged over the suite's data sources the row has; rows missing a data source rank after
 complete rows (marked ``*``). Ties share a rank (1, 1, 3). pass@k (unbiased, Chen et al. 2021) is shown in a
-second table in the same row order.
+second table in the same row order. Runs whose summary carries the optional ``run_metrics`` (named estimates, e.g.
+a training benchmark's held-out gain, gradient norms and wall time, mean ± standard error over seeds) get a third
+table, again in the same row order, with one column per name.
 
 Ranking is refused (:class:`LeaderboardError`) when runs in one suite used different ``k`` or different
 versions of the same env (e.g. ``math-solver-verifier-v0`` vs ``-v1``): their numbers are not comparable.
@@ -61,6 +63,7 @@ class Row:
         k: samples per task. cells: data_source -> metrics cell of the summary (avg@k, pass@k, ...).
         mean: mean avg@k over the suite columns present. complete: whether every column is present.
         rank: 1-based competition rank (set by :func:`build_tables`).
+        run_metrics: name -> ``{"value", "stderr", "n"}`` from the summary's optional ``run_metrics``.
     """
 
     label: str
@@ -74,6 +77,12 @@ class Row:
     mean: float = 0.0
     complete: bool = True
     rank: int = 0
+    run_metrics: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def run_metric(self, name: str) -> tuple[float, float | None] | None:
+        """(value, stderr) of the run metric ``name``, or None when the row lacks it."""
+        est = self.run_metrics.get(name)
+        return None if est is None else (est["value"], est.get("stderr"))
 
     def avg(self, source: str) -> tuple[float, float | None] | None:
         """(avg@k, stderr) for ``source``, or None when the row lacks it."""
@@ -94,7 +103,8 @@ class Table:
     """One suite's ranked table: its columns (data sources), k, rows in rank order, and caveats.
 
     ``notes`` lists differences that do not block ranking but that a reader must know: a data source evaluated
-    on different numbers of tasks, or different sampling parameters.
+    on different numbers of tasks, or different sampling parameters. ``run_columns``: the names of the rows'
+    ``run_metrics``, in first-seen order of the runs given (empty: no third table).
     """
 
     suite: str
@@ -102,11 +112,40 @@ class Table:
     sources: list[str]
     rows: list[Row]
     notes: list[str] = dataclasses.field(default_factory=list)
+    run_columns: list[str] = dataclasses.field(default_factory=list)
+
+
+def _run_metrics(run: RunResult) -> dict[str, dict[str, Any]]:
+    """The summary's optional ``run_metrics``, checked: name -> ``{"value": number, "stderr": number or null, ...}``.
+
+    Raises:
+        LeaderboardError: not a mapping of such estimates (names the run and the entry).
+    """
+    raw = run.summary.get("run_metrics") or {}
+    if not isinstance(raw, dict):
+        raise LeaderboardError(
+            f"{run.path}: 'run_metrics' must map names to estimates, got {type(raw).__name__}"
+        )
+    for name, est in raw.items():
+        ok = (
+            isinstance(est, dict)
+            and _is_num(est.get("value"))
+            and (est.get("stderr") is None or _is_num(est["stderr"]))
+        )
+        if not ok:
+            raise LeaderboardError(f"{run.path}: run_metrics[{name!r}] must be {{'value': number, 'stderr': number "
+                                   f"or null, 'n': int}}, got {est!r}")  # fmt: skip
+    return dict(raw)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def _rows_of(run: RunResult) -> list[Row]:
     summary = run.summary
     k = int(summary["k"])
+    extra = _run_metrics(run)
     rows = []
     for env_id, cells in summary["metrics"].items():
         sources = {src: cell for src, cell in cells.items() if src != "overall"}
@@ -120,6 +159,7 @@ def _rows_of(run: RunResult) -> list[Row]:
                 agent_models=dict(summary.get("agent_models") or {}),
                 cells=sources,
                 sampling=dict(summary.get("sampling") or {}),
+                run_metrics=extra,
             )
         )
     return rows
@@ -197,8 +237,9 @@ def build_tables(runs: Sequence[RunResult]) -> dict[str, Table]:
         present = {s for r in rows for s in r.cells}
         known = [s for s in SUITES.get(suite, ()) if s in present]
         sources = known + sorted(present - set(known))
+        columns = list(dict.fromkeys(name for r in rows for name in r.run_metrics))  # in the runs' order
         _rank(rows, sources)
-        tables[suite] = Table(suite, rows[0].k, sources, rows, _notes(rows, sources))
+        tables[suite] = Table(suite, rows[0].k, sources, rows, _notes(rows, sources), columns)
     return tables
 
 
@@ -213,6 +254,13 @@ def _pct_se(v: tuple[float, float | None] | None) -> str:
     if v is None:
         return "—"
     return _pct(v[0]) if v[1] is None else f"{_pct(v[0])} ± {_pct(v[1])}"
+
+
+def _num(v: tuple[float, float | None] | None) -> str:
+    """A run metric as ``value ± stderr`` (3 significant digits, the error 2), or an em dash when absent."""
+    if v is None:
+        return "—"
+    return f"{v[0]:.3g}" if v[1] is None else f"{v[0]:.3g} ± {v[1]:.2g}"
 
 
 def _models(r: Row) -> str:
@@ -230,18 +278,52 @@ def to_markdown(tables: dict[str, Table], title: str = "drmas leaderboard") -> s
     for t in tables.values():
         out += [f"## {t.suite} — avg@{t.k} (%, ± standard error over tasks)", ""]
         head = ["Rank", "Run", "Env", *t.sources, "Mean"]
-        out += ["| " + " | ".join(head) + " |", "|" + "|".join(["---:", "---", "---"] + ["---:"] * (len(head) - 3)) + "|"]
+        out += [
+            "| " + " | ".join(head) + " |",
+            "|" + "|".join(["---:", "---", "---"] + ["---:"] * (len(head) - 3)) + "|",
+        ]
         for r in t.rows:
-            cells = [str(r.rank), _name(r), f"`{r.env_id}`", *(_pct_se(r.avg(s)) for s in t.sources), _pct(r.mean)]
+            cells = [
+                str(r.rank),
+                _name(r),
+                f"`{r.env_id}`",
+                *(_pct_se(r.avg(s)) for s in t.sources),
+                _pct(r.mean),
+            ]
             out.append("| " + " | ".join(cells) + " |")
         out += ["", f"### {t.suite} — pass@{t.k} (%, unbiased estimator)", ""]
         head = ["Rank", "Run", "Env", *t.sources]
-        out += ["| " + " | ".join(head) + " |", "|" + "|".join(["---:", "---", "---"] + ["---:"] * (len(head) - 3)) + "|"]
+        out += [
+            "| " + " | ".join(head) + " |",
+            "|" + "|".join(["---:", "---", "---"] + ["---:"] * (len(head) - 3)) + "|",
+        ]
         for r in t.rows:
             cells = [str(r.rank), _name(r), f"`{r.env_id}`", *(_pct(r.pass_k(s)) for s in t.sources)]
             out.append("| " + " | ".join(cells) + " |")
+        if t.run_columns:
+            out += [
+                "",
+                f"### {t.suite} — run metrics (as each run's summary gives them: value ± standard error)",
+                "",
+            ]
+            head = ["Rank", "Run", "Env", *t.run_columns]
+            out += [
+                "| " + " | ".join(head) + " |",
+                "|" + "|".join(["---:", "---", "---"] + ["---:"] * len(t.run_columns)) + "|",
+            ]
+            for r in t.rows:
+                cells = [
+                    str(r.rank),
+                    _name(r),
+                    f"`{r.env_id}`",
+                    *(_num(r.run_metric(c)) for c in t.run_columns),
+                ]
+                out.append("| " + " | ".join(cells) + " |")
         if any(not r.complete for r in t.rows):
-            out += ["", "\\* missing some data sources; ranked after complete rows, mean over the ones present."]
+            out += [
+                "",
+                "\\* missing some data sources; ranked after complete rows, mean over the ones present.",
+            ]
         for note in t.notes:
             out += ["", f"Note: {note}"]
         out.append("")
@@ -292,7 +374,8 @@ def to_html(tables: dict[str, Table], title: str = "drmas leaderboard") -> str:
     """One self-contained HTML page (inline CSS/JS, no external resources) with a sortable table per suite.
 
     Each table has id ``lb-<suite>``; rows carry ``data-label``/``data-env``; header cells carry ``data-key``
-    (``rank``, ``run``, ``env``, ``avg:<source>``, ``pass:<source>``, ``mean``).
+    (``rank``, ``run``, ``env``, ``avg:<source>``, ``pass:<source>``, ``mean``). A suite whose rows have run metrics
+    gets a second table, id ``runs-<suite>``, same rows, keys ``rank``, ``run``, ``env``, ``run:<name>``.
     """
     parts = [
         "<!DOCTYPE html>",
@@ -324,11 +407,41 @@ def to_html(tables: dict[str, Table], title: str = "drmas leaderboard") -> str:
             cells.append(_td(_pct(r.mean), r.mean))
             cells += [_td(_pct(r.pass_k(s)), r.pass_k(s)) for s in t.sources]
             parts.append(
-                f'<tr data-label="{html.escape(r.label)}" data-env="{html.escape(r.env_id)}">' + "".join(cells) + "</tr>"
+                f'<tr data-label="{html.escape(r.label)}" data-env="{html.escape(r.env_id)}">'
+                + "".join(cells)
+                + "</tr>"
             )
         parts.append("</tbody></table>")
+        if t.run_columns:
+            parts.append(_run_metrics_html(t))
         parts += [f'<p class="note">Note: {html.escape(note)}</p>' for note in t.notes]
     parts.append(f"<script>{_JS}</script></body></html>")
+    return "\n".join(parts)
+
+
+def _run_metrics_html(t: Table) -> str:
+    """The sortable run-metrics table of a suite (id ``runs-<suite>``), rows in the ranking's order."""
+    heads = [("rank", "Rank"), ("run", "Run"), ("env", "Env"), *((f"run:{c}", c) for c in t.run_columns)]
+    parts = [f'<table class="sortable" id="runs-{html.escape(t.suite)}">',
+             f"<caption>{html.escape(t.suite)}: run metrics (as each run's summary gives them: value ± standard "
+             "error)</caption><thead><tr>"]  # fmt: skip
+    parts += [f'<th data-key="{html.escape(k)}">{html.escape(label)}</th>' for k, label in heads]
+    parts.append("</tr></thead><tbody>")
+    for r in t.rows:
+        cells = [_td(str(r.rank), r.rank), f'<td title="{html.escape(_models(r))}">{html.escape(_name(r))}</td>',
+                 f"<td><code>{html.escape(r.env_id)}</code></td>"]  # fmt: skip
+        for c in t.run_columns:
+            v = r.run_metric(c)
+            se = "" if v is None or v[1] is None else f' <span class="se">± {v[1]:.2g}</span>'
+            data = "" if v is None else repr(float(v[0]))
+            text = "—" if v is None else f"{v[0]:.3g}"
+            cells.append(f'<td class="num" data-value="{data}">{html.escape(text)}{se}</td>')
+        parts.append(
+            f'<tr data-label="{html.escape(r.label)}" data-env="{html.escape(r.env_id)}">'
+            + "".join(cells)
+            + "</tr>"
+        )
+    parts.append("</tbody></table>")
     return "\n".join(parts)
 
 
@@ -354,12 +467,20 @@ def write_png(table: Table, path: str | Path) -> Path:
         errs = [0.0 if v is None or v[1] is None else 100 * v[1] for v in vals]
         label = f"{r.rank}. {r.label}" + (f" [{r.env_id}]" if many_envs else "")
         bars = ax.bar(x + (i - (n_rows - 1) / 2) * width, heights, width, yerr=errs, capsize=2, label=label)
-        ax.bar_label(bars, labels=["—" if v is None else f"{100 * v[0]:.0f}" for v in vals], fontsize=7, padding=1)
+        ax.bar_label(
+            bars, labels=["—" if v is None else f"{100 * v[0]:.0f}" for v in vals], fontsize=7, padding=1
+        )
     ax.set_xticks(x, table.sources)
     ax.set_ylabel(f"avg@{table.k} (%)")
     ax.set_ylim(0, 110)
     ax.set_title(f"{table.suite}: avg@{table.k} (± standard error)")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2 if n_rows > 3 else 1, frameon=False)
+    ax.legend(
+        fontsize=7,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12),
+        ncol=2 if n_rows > 3 else 1,
+        frameon=False,
+    )
     out = Path(path)
     fig.savefig(out, bbox_inches="tight")
     plt.close(fig)
@@ -367,11 +488,12 @@ def write_png(table: Table, path: str | Path) -> Path:
 
 
 def to_json(tables: dict[str, Table]) -> dict[str, Any]:
-    """The tables as plain data (suite -> k, sources, rows with rank/label/env/mean/cells)."""
+    """The tables as plain data (suite -> k, sources, run_columns, rows with rank/label/env/mean/cells/run_metrics)."""
     return {
         suite: {
             "k": t.k,
             "sources": t.sources,
+            "run_columns": t.run_columns,
             "rows": [
                 {
                     "rank": r.rank,
@@ -384,6 +506,7 @@ def to_json(tables: dict[str, Table]) -> dict[str, Any]:
                     "mean_avg@k": r.mean,
                     "avg@k": {s: r.avg(s) and r.avg(s)[0] for s in t.sources},
                     "pass@k": {s: r.pass_k(s) for s in t.sources},
+                    "run_metrics": r.run_metrics,
                 }
                 for r in t.rows
             ],

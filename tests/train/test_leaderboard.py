@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html.parser
+import json
 import os
 import shutil
 import subprocess
@@ -18,7 +19,9 @@ from drmas_train.eval.results import load_run, write_run
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
-def _run(tmp_path, name, won, *, env_id="math-solver-verifier-v0", sources=("gsm8k", "math500"), k=2, tasks=4):
+def _run(
+    tmp_path, name, won, *, env_id="math-solver-verifier-v0", sources=("gsm8k", "math500"), k=2, tasks=4
+):
     rows = make_episodes(env_id=env_id, sources=sources, k=k, won=won, tasks=tasks)
     path = write_run(tmp_path / name, make_summary(rows, k, policy=name, label=name), rows)
     return load_run(path, episodes=False)
@@ -36,7 +39,9 @@ def runs(tmp_path):
 
 
 def test_suite_of():
-    assert suite_of("gsm8k") == "math" and suite_of("aime24") == "math" and suite_of("math500/level5") == "math"
+    assert (
+        suite_of("gsm8k") == "math" and suite_of("aime24") == "math" and suite_of("math500/level5") == "math"
+    )
     assert suite_of("2wikimultihopqa") == "search" and suite_of("bamboogle") == "search"
     assert suite_of("reasoning_gym/gsm_symbolic") == "other"
     assert suite_of("reasoning_gym/gsm_symbolic", "math-solver-v0") == "math-other"
@@ -68,7 +73,9 @@ def test_ties_share_a_rank(tmp_path):
 
 def test_refuses_different_k(tmp_path):
     runs = [_run(tmp_path, "k2", lambda t, i: True), _run(tmp_path, "k4", lambda t, i: True, k=4)]
-    with pytest.raises(LeaderboardError, match=r"refusing to rank suite 'math': runs used different k .* \[2, 4\]"):
+    with pytest.raises(
+        LeaderboardError, match=r"refusing to rank suite 'math': runs used different k .* \[2, 4\]"
+    ):
         build_tables(runs)
 
 
@@ -174,7 +181,9 @@ def test_html_in_headless_chromium(runs, tmp_path):
     shot = ARTIFACTS / "leaderboard.png"
     if shot.exists():
         os.remove(shot)
-    res = _chromium("--screenshot=" + str(shot), "--window-size=1400,900", "--hide-scrollbars", url, profile=tmp_path)
+    res = _chromium(
+        "--screenshot=" + str(shot), "--window-size=1400,900", "--hide-scrollbars", url, profile=tmp_path
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5000
 
@@ -189,3 +198,49 @@ def test_notes_on_different_task_counts(tmp_path):
     written = write_leaderboard(runs, tmp_path / "lb", png=False)
     assert "Note: gsm8k: runs evaluated different numbers of tasks [3, 4]" in written["markdown"].read_text()
     assert '<p class="note">Note: math500' in written["html"].read_text()
+
+
+def _with_run_metrics(tmp_path, name, won, run_metrics):
+    rows = make_episodes(env_id="math-solver-verifier-v0", sources=("gsm8k",), k=2, won=won, tasks=4)
+    summary = {**make_summary(rows, 2, policy=name, label=name), "run_metrics": run_metrics}
+    return load_run(write_run(tmp_path / name, summary, rows), episodes=False)
+
+
+def test_run_metrics_get_a_third_table_in_the_ranking_order(tmp_path):
+    runs = [
+        _with_run_metrics(tmp_path, "worse", lambda t, i: t == 0, {"gain": {"value": 0.0312, "stderr": 0.0204, "n": 3},
+                                                                   "wall min": {"value": 612.4, "stderr": None, "n": 1}}),
+        _with_run_metrics(tmp_path, "better", lambda t, i: True, {"gain": {"value": 0.4, "stderr": 0.081, "n": 3},
+                                                                  "critic": {"value": -1.5, "stderr": 0.25, "n": 3}}),
+        _run(tmp_path, "plain", lambda t, i: False, sources=("gsm8k",)),  # no run_metrics: dashes
+    ]  # fmt: skip
+    table = build_tables(runs)["math"]
+    assert table.run_columns == ["gain", "wall min", "critic"]  # first-seen order
+    assert [r.label for r in table.rows] == ["better", "worse", "plain"]
+    md = write_leaderboard(runs, tmp_path / "lb", png=False)["markdown"].read_text()
+    run_table = md.split("### math — run metrics")[1]
+    assert "| Rank | Run | Env | gain | wall min | critic |" in run_table
+    assert "| 1 | better | `math-solver-verifier-v0` | 0.4 ± 0.081 | — | -1.5 ± 0.25 |" in run_table
+    assert "| 2 | worse | `math-solver-verifier-v0` | 0.0312 ± 0.02 | 612 | — |" in run_table
+    assert "| 3 | plain | `math-solver-verifier-v0` | — | — | — |" in run_table
+    page = to_html(build_tables(runs))
+    assert [label for t, label in _parse(page).rows if t == "runs-math"] == ["better", "worse", "plain"]
+    assert 'data-key="run:gain"' in page and 'data-value="0.4">0.4 <span class="se">± 0.081</span>' in page
+    data = json.loads((tmp_path / "lb" / "leaderboard.json").read_text())["math"]
+    assert (
+        data["run_columns"] == ["gain", "wall min", "critic"]
+        and data["rows"][0]["run_metrics"]["gain"]["value"] == 0.4
+    )
+
+
+def test_no_run_metrics_no_third_table(runs, tmp_path):
+    md = write_leaderboard(runs, tmp_path / "lb", png=False)["markdown"].read_text()
+    assert "run metrics" not in md and "runs-math" not in to_html(build_tables(runs))
+
+
+@pytest.mark.parametrize(
+    "bad", [{"gain": 0.4}, {"gain": {"value": "high"}}, {"gain": {"value": 1, "stderr": "x"}}, [1]]
+)
+def test_malformed_run_metrics_are_refused_naming_the_run(tmp_path, bad):
+    with pytest.raises(LeaderboardError, match=r"run_metrics"):
+        build_tables([_with_run_metrics(tmp_path, "bad", lambda t, i: True, bad)])
