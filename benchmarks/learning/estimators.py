@@ -13,10 +13,9 @@ smoke runs, ``run.iterations`` (``--iterations``); dotted overrides after the op
 Per run (``<runs>/<preset>/seed_<s>/``, its log next to it as ``seed_<s>.log``) the script keeps
 ``benchmark_run.json``: the held-out avg@k before training and after the last iteration and their paired gain
 (the trainer's ``val/avg@k_gain`` ± its standard error over tasks), the pre-clip gradient norm of each trained model
-(mean and max over iterations of ``loss/<model>/grad_norm``; the quickstart's Solver and Verifier share one model,
-so its norm is both agents'; the overrides ``models.solver.name_or_path=smollm2-135m-instruct
-models.verifier.name_or_path=smollm2-135m-instruct agents.solver=solver agents.verifier=verifier`` give each agent
-its own model, Dr. MAS "non-sharing", and then one norm per agent), each agent's advantage RMS
+(mean and max over iterations of ``loss/<model>/grad_norm``; the quickstart's Solver and Verifier share one model),
+each agent's part of it (mean over iterations of ``agent/<agent>/grad_norm``, the exact per-agent split of the
+shared model's gradient, docs/agent-health.md), each agent's advantage RMS
 (``sqrt(mean^2 + std^2)`` of ``adv/<agent>/*``: the factor by which its policy-gradient norm scales, Dr. MAS arXiv
 2602.08847 Prop. 4.3, docs/stability.md), the critic's value loss and explained variance at the first and last
 iteration (``gae``), the final per-task validation scores, wall time of ``train()`` (model load, validations and
@@ -119,7 +118,8 @@ def run_record(rows: Sequence[dict]) -> dict[str, Any]:
         ``k``; ``initial`` / ``final`` (held-out avg@k at iteration 0 and at the last validation), ``final_stderr``,
         ``gain`` / ``gain_stderr`` (the trainer's paired gain over the same tasks and its standard error over tasks),
         ``final_iteration``; ``grad_norm`` / ``grad_norm_max`` (model -> mean of ``loss/<model>/grad_norm`` over the
-        iterations, max of ``loss/<model>/grad_norm_max``); ``adv_rms`` (agent -> mean over iterations of
+        iterations, max of ``loss/<model>/grad_norm_max``); ``agent_grad_norm`` (agent -> mean over iterations of
+        ``agent/<agent>/grad_norm``, its part of its model's gradient); ``adv_rms`` (agent -> mean over iterations of
         ``sqrt(adv mean^2 + adv std^2)``); ``valid_action_ratio`` (agent -> last iteration's); ``train_accuracy``
         (mean over iterations); ``critic`` (``vf_loss/<critic>`` and ``explained_variance/<agent>`` -> first and
         last iteration's value; empty without a critic).
@@ -141,6 +141,7 @@ def run_record(rows: Sequence[dict]) -> dict[str, Any]:
     }
     grad_max = {m: _finite([r.get(f"loss/{m}/grad_norm_max") for r in train_rows]) for m in grad}
     agents = _names(rows, "adv/", "/std")
+    agent_grad = {a: _finite([r.get(f"agent/{a}/grad_norm") for r in train_rows]) for a in _names(rows, "agent/", "/grad_norm")}
     rms = {
         a: [math.hypot(r[f"adv/{a}/mean"], r[f"adv/{a}/std"]) for r in train_rows if f"adv/{a}/std" in r]
         for a in agents
@@ -163,6 +164,7 @@ def run_record(rows: Sequence[dict]) -> dict[str, Any]:
         "final_iteration": last["iteration"],
         "grad_norm": {m: sum(v) / len(v) for m, v in grad.items() if v},
         "grad_norm_max": {m: max(v) for m, v in grad_max.items() if v},
+        "agent_grad_norm": {a: sum(v) / len(v) for a, v in agent_grad.items() if v},
         "adv_rms": {a: sum(v) / len(v) for a, v in rms.items() if v},
         "valid_action_ratio": {a: v[-1] for a, v in ratio.items() if v},
         "train_accuracy": sum(acc) / len(acc) if acc else None,
@@ -212,7 +214,7 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     Returns:
         ``seeds``, and ``{"value", "stderr", "n"}`` estimates (stderr null for one seed) of ``gain``, ``initial``,
         ``final``, ``wall_time_s``, ``load_start``, per model ``grad_norm`` / ``grad_norm_max``, per agent
-        ``adv_rms``, per critic metric ``critic/<name>/first|last``; ``peak_rss_gb`` (the largest).
+        ``agent_grad_norm`` and ``adv_rms``, per critic metric ``critic/<name>/first|last``; ``peak_rss_gb`` (the largest).
 
     Raises:
         ValueError: no records.
@@ -229,9 +231,9 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"seeds": sorted(r["seed"] for r in records)}
     for key in ("gain", "initial", "final", "wall_time_s", "load_start"):
         out[key] = est([r[key] for r in records])
-    for group in ("grad_norm", "grad_norm_max", "adv_rms"):
-        names = sorted({n for r in records for n in r[group]})
-        out[group] = {n: est([r[group].get(n) for r in records]) for n in names}
+    for group in ("grad_norm", "grad_norm_max", "agent_grad_norm", "adv_rms"):
+        names = sorted({n for r in records for n in r.get(group, {})})
+        out[group] = {n: est([r.get(group, {}).get(n) for r in records]) for n in names}
     names = sorted({n for r in records for n in r["critic"]})
     out["critic"] = {f"{n}/{end}": est([r["critic"].get(n, {}).get(end) for r in records])
                      for n in names for end in ("first", "last")}  # fmt: skip
@@ -244,6 +246,7 @@ def run_metrics(agg: dict[str, Any], k: int) -> dict[str, dict[str, Any]]:
     out = {f"held-out gain avg@{k}": agg["gain"], f"final avg@{k} (seed mean)": agg["final"]}
     out.update({f"grad norm {m}": v for m, v in agg["grad_norm"].items()})
     out.update({f"grad norm max {m}": v for m, v in agg["grad_norm_max"].items()})
+    out.update({f"grad norm agent {a}": v for a, v in agg.get("agent_grad_norm", {}).items()})
     out.update({f"adv RMS {a}": v for a, v in agg["adv_rms"].items()})
     for name, v in agg["critic"].items():  # vf_loss/<critic>/first -> "value loss <critic> first"
         kind, who, end = name.split("/")

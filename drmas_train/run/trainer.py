@@ -312,7 +312,8 @@ def _advantages(run: RunState, samples: list[Any], greedy: Any, seed: int) -> tu
 def _value_metrics(samples: list[Any], values: list[np.ndarray], returns: list[np.ndarray]) -> dict[str, float]:
     """The critic's fit to this iteration's returns before its update (fresh data, so the values were learnt on
     earlier batches only), per agent over its response tokens: ``critic/<agent>/explained_variance`` =
-    1 - Var(R - V) / Var(R) (1 is perfect, 0 no better than a constant), ``critic/<agent>/value_mse`` = mean (R - V)^2,
+    1 - Var(R - V) / Var(R) (1 is perfect, 0 no better than a constant; NaN when the returns are constant, float
+    residue included), ``critic/<agent>/value_mse`` = mean (R - V)^2,
     ``values_mean`` and ``returns_mean``."""
     out: dict[str, float] = {}
     for agent in sorted({s.agent_id for s in samples}):
@@ -322,7 +323,9 @@ def _value_metrics(samples: list[Any], values: list[np.ndarray], returns: list[n
         v = np.concatenate([values[i] for i in rows])
         ret = np.concatenate([returns[i] for i in rows])
         var = float(np.var(ret))
-        out[f"critic/{agent}/explained_variance"] = 1.0 - float(np.var(ret - v)) / var if var > 0 else float("nan")
+        # undefined (NaN) for returns that are constant up to float residue: 1e-12 of their scale, squared
+        spread = var > (1e-12 * max(float(np.abs(ret).max()), 1.0)) ** 2
+        out[f"critic/{agent}/explained_variance"] = 1.0 - float(np.var(ret - v)) / var if spread else float("nan")
         out[f"critic/{agent}/value_mse"] = float(np.mean((ret - v) ** 2))
         out[f"critic/{agent}/values_mean"] = float(v.mean())
         out[f"critic/{agent}/returns_mean"] = float(ret.mean())

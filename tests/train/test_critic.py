@@ -282,3 +282,17 @@ def test_the_critic_learns_on_cpu(tmp_path):
     assert mean("explained_variance", warm[-3:]) > mean("explained_variance", warm[:3]) + 0.2
     scores = [r["rollout/score_mean"] for r in rows]
     assert np.mean(scores[-3:]) > np.mean(scores[:10]) + 0.03
+
+
+def test_explained_variance_is_undefined_for_constant_returns():
+    """1 - Var(R - V) / Var(R) needs Var(R) > 0: returns equal up to float residue give NaN, not -1e32."""
+    from drmas_train.collect.samples import Sample
+    from drmas_train.run.trainer import _value_metrics
+
+    s = [Sample("u", f"t{i}", "a", "m", 0, 0, [1], [2, 3], [0.0, 0.0], [1, 1]) for i in range(2)]
+    residue = [np.array([0.3, 0.3]), np.array([0.3, 0.3 + 1e-17])]
+    out = _value_metrics(s, [np.array([0.1, 0.2]), np.array([0.0, 0.5])], residue)
+    assert np.isnan(out["critic/a/explained_variance"]) and out["critic/a/value_mse"] > 0
+    spread = _value_metrics(s, [np.array([0.1, 0.2]), np.array([0.0, 0.5])], [np.array([0.0, 1.0]), np.array([0.5, 0.5])])
+    r, v = np.array([0.0, 1.0, 0.5, 0.5]), np.array([0.1, 0.2, 0.0, 0.5])
+    assert spread["critic/a/explained_variance"] == pytest.approx(1 - np.var(r - v) / np.var(r))
