@@ -40,7 +40,7 @@ def no_model_load(monkeypatch):
         (["env.data=reasoning_gym:no_such_set"], r"^drmas train: env.data='reasoning_gym:no_such_set': unknown "
                                                  r"reasoning-gym dataset 'no_such_set'"),
         (["env.id=search-orchestrator-v0"], r"^drmas train: env.id='search-orchestrator-v0' does not take "
-                                            r"env.kwargs.max_loops, env.data .*it takes: .*corpus, .*"
+                                            r"env.kwargs.max_loops, env.kwargs.grader, env.data .*it takes: .*corpus, .*"
                                             r"Start from a preset written for 'search-orchestrator-v0': --config quickstart_search"),
         (["eval.every=1", "eval.data=/no/such.jsonl"], r"^drmas train: eval.data='/no/such.jsonl': task file "
                                                          r"'/no/such.jsonl' not found\. Accepted:"),
