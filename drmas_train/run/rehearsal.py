@@ -193,8 +193,17 @@ def _retrieval_server(cfg: TrainConfig) -> Iterator[str | None]:
         yield server.url
 
 
+#: the stages of a rehearsal, in order.
+STAGES = ("config", "train", "checkpoint", "resume", "eval")
+
+
+class _StageFailed(Exception):
+    """Ends a rehearsal at its first failed stage (the failure is in the verdict)."""
+
+
 class _Stages:
-    """The verdict's stage list: each ``with stages.run(name)`` block timed, its failure recorded (later ones skipped)."""
+    """The verdict's stage list: each ``with stages.run(name)`` block timed, its failure recorded; the first failure
+    ends the rehearsal (:class:`_StageFailed`) and :meth:`verdict_rows` lists the stages that did not run."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
@@ -203,21 +212,22 @@ class _Stages:
     @contextlib.contextmanager
     def run(self, name: str, **info: Any) -> Iterator[dict[str, Any]]:
         row: dict[str, Any] = {"stage": name, **info}
-        if self.failed:
-            row["ok"] = None  # skipped after an earlier failure
-            self.rows.append(row)
-            yield row
-            return
         start = time.perf_counter()
         try:
             yield row
             row["ok"] = True
-        except Exception as err:  # noqa: BLE001 - the verdict says what failed, the command exits 1
+        except Exception as err:
             row.update(ok=False, error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=8))
             self.failed = True
+            raise _StageFailed(name) from err
         finally:
             row["seconds"] = round(time.perf_counter() - start, 2)
             self.rows.append(row)
+
+    def verdict_rows(self) -> list[dict[str, Any]]:
+        """The rows of the stages that ran, then ``{"stage", "ok": None}`` for each one skipped after a failure."""
+        ran = {r["stage"] for r in self.rows}
+        return self.rows + [{"stage": name, "ok": None} for name in STAGES if name not in ran]
 
 
 def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None) -> dict[str, Any]:
@@ -243,7 +253,7 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
         rehearsal_config(original, workdir, vllm_python=vllm_python)  # raises the ConfigError that says why
     workdir.mkdir(parents=True, exist_ok=True)
     stages, verdict = _Stages(), {"preset": preset, "ok": False, "replaced": {}, "stages": [], "memory": {}}
-    with _retrieval_server(original) as url:
+    with _retrieval_server(original) as url, contextlib.suppress(_StageFailed):
         cfg = None
         with stages.run("config") as row:
             cfg, verdict["replaced"] = rehearsal_config(original, workdir, retrieval_url=url, vllm_python=vllm_python)
@@ -273,7 +283,7 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
             row["iterations"] = done
         with stages.run("eval") as row:
             row.update(_eval_checkpoint(workdir, cfg, latest_checkpoint(Path(cfg.run.dir) / "checkpoints")))
-    verdict["stages"] = stages.rows
+    verdict["stages"] = stages.verdict_rows()
     verdict["memory"]["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
     verdict["ok"] = not stages.failed
     (workdir / "verdict.json").write_text(json.dumps(verdict, indent=2))

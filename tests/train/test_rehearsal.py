@@ -138,3 +138,20 @@ def test_a_vllm_rehearsal_keeps_vllm_engines_with_heads_vllm_cpu_can_run(tmp_pat
     with pytest.raises(ConfigError, match=r"--vllm rehearses the vLLM generation workers of a _dist preset"):
         rehearse("drmas_math_qwen3_4b", tmp_path / "single", vllm_python="/venv/bin/python")
     assert not (tmp_path / "single").exists()
+
+
+def test_a_failed_stage_ends_the_rehearsal_and_is_named(tmp_path, monkeypatch):
+    """The first failing stage is recorded with its error; the later ones are listed as not run (ok: None), and
+    nothing after the failure executes (a skipped stage's body would fail for want of a checkpoint)."""
+    import drmas_train.run.trainer as trainer
+
+    def broken(cfg, **kwargs):
+        raise RuntimeError("rank 1 died")
+
+    monkeypatch.setattr(trainer, "train", broken)
+    verdict = rehearse("drmas_math_qwen3_4b", tmp_path / "r")
+    assert not verdict["ok"]
+    assert [(s["stage"], s["ok"]) for s in verdict["stages"]] == [
+        ("config", True), ("train", False), ("checkpoint", None), ("resume", None), ("eval", None)]
+    assert verdict["stages"][1]["error"] == "RuntimeError: rank 1 died"
+    assert json.loads((tmp_path / "r" / "verdict.json").read_text())["stages"][1]["ok"] is False
