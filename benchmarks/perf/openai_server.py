@@ -1,4 +1,4 @@
-"""The OpenAI-compatible server (``drmas_train.backends.openai_server``): wall time of N chat requests sent one
+"""The OpenAI-compatible server (``drmas_train.serving.openai_server``): wall time of N chat requests sent one
 after another vs all at once, and the batched backend calls each made, printed as one JSON object.
 
 Concurrent requests that arrive within ``--batch-window-s`` of each other (or while a call runs) share one
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
     import torch
     import uvicorn
-    from drmas_train.backends.openai_server import create_app
+    from drmas_train.serving.openai_server import create_app
 
     from drmas_train.backends.hf import HFBackend
     from drmas_train.model.models import load_model

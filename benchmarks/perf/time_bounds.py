@@ -10,7 +10,8 @@ load, so it is measured here and never asserted:
 * ``grader_long_inputs`` and ``tag_parsing``: wall time of the 1 MB and adversarial inputs of
   tests/envs/test_grading.py and tests/search/test_parsing.py (the tests count the characters scanned instead);
 * ``http_retriever``: ``HTTPRetriever.search`` against a server that never answers, one that trickles an endless
-  reply 10 bytes/s, and a refused port (4 attempts, 0.35 s of backoff), with a ``--http-timeout-s`` deadline;
+  reply 10 bytes/s (each with a ``--http-timeout-s`` per-attempt limit and the same ``total_timeout`` for the whole
+  call, so one attempt fits), and a refused port (4 attempts, 0.35 s of backoff);
 * ``openai_backend``: ``OpenAIBackend.generate`` against a handler that never answers (0.2 s per request, 1 retry).
 
     python benchmarks/perf/time_bounds.py                  # ~1 min on 2 cores
@@ -171,9 +172,9 @@ def http_retriever(limit: float, repeats: int) -> dict[str, Any]:
             seconds, outcomes = [], []
             for _ in range(repeats):
                 err, s = _timed(
-                    lambda server=server: HTTPRetriever(server.url, timeout=limit, max_retries=5).search(
-                        ["q"], 3
-                    )
+                    lambda server=server: HTTPRetriever(
+                        server.url, timeout=limit, max_retries=5, total_timeout=limit
+                    ).search(["q"], 3)
                 )
                 seconds.append(s)
                 outcomes.append(type(err).__name__)
