@@ -18,13 +18,13 @@ import types
 from pathlib import Path
 
 import pytest
-from reference_mirror import reference_file
-from shared_data import shared_file
 
 from drmas_envs.data import load_tasks
 from drmas_envs.math.grading import VerifyWorker
 from drmas_envs.math.reference_equivalence import equivalent
 from drmas_envs.math.reference_grading import ReferenceGrader, reference_boxed
+from fidelity.reference_mirror import reference_file
+from helpers.shared_data import shared_file
 
 SAMPLED = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "smollm2_math_answers.jsonl"
 
