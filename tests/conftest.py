@@ -1,9 +1,11 @@
 """Fixtures shared by every test folder. Tests never reach the Hugging Face Hub (HF_HUB_OFFLINE=1).
 
 Shared helpers (tiny models and envs, fakes, rank bodies) are the ``helpers`` package, tests/helpers:
-``pythonpath = ["tests"]`` in pyproject.toml puts tests/ on this process's ``sys.path``, and the environment below
-puts it on ``PYTHONPATH`` too, for the processes tests start (Ray workers, ``torch.multiprocessing`` ranks,
-``python -c`` children), which import helpers by name (e.g. ``helpers.tiny_rl.tiny_loader``).
+``pythonpath = [".", "tests"]`` in pyproject.toml puts the repository root and tests/ on this process's
+``sys.path``, and the environment below puts them on ``PYTHONPATH`` too, in the same order, for the processes tests
+start (Ray workers, ``torch.multiprocessing`` ranks, ``python -c`` children), which import helpers by name (e.g.
+``helpers.tiny_rl.tiny_loader``). The root comes first so that ``drmas_train`` is the package, never the folder
+tests/drmas_train.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import pytest
 
 from helpers.shared_data import SHARED_DATA
 
-TESTS_DIR = str(Path(__file__).resolve().parent)
+TESTS_DIR = Path(__file__).resolve().parent
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-if TESTS_DIR not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)
+_PATHS = [str(TESTS_DIR.parent), str(TESTS_DIR)]
+if os.environ.get("PYTHONPATH", "").split(os.pathsep)[:2] != _PATHS:
+    os.environ["PYTHONPATH"] = os.pathsep.join([*_PATHS, *filter(None, [os.environ.get("PYTHONPATH")])])
 # Retrieval indexes built by any test (search envs appear in drmas_envs/, drmas_train/ and fidelity/ tests) go to a
 # throw-away directory of this test run, never the user's ~/.cache/drmas, whichever folder is run.
 _INDEX_CACHE = tempfile.mkdtemp(prefix="drmas-tests-index-cache-")

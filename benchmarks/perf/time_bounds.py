@@ -8,7 +8,7 @@ load, so it is measured here and never asserted:
   ``--grade-limit-s`` limit: the seconds of each timed-out call, back to back (a spare may still be importing),
   and of a normal grade right after a timeout (served by the warm spare);
 * ``grader_long_inputs`` and ``tag_parsing``: wall time of the 1 MB and adversarial inputs of
-  tests/envs/test_grading.py and tests/search/test_parsing.py (the tests count the characters scanned instead);
+  tests/drmas_envs/math/test_grading.py and tests/drmas_envs/search/test_parsing.py (the tests count the characters scanned instead);
 * ``http_retriever``: ``HTTPRetriever.search`` against a server that never answers, one that trickles an endless
   reply 10 bytes/s, and a refused port (4 attempts, 0.35 s of backoff), with a ``--http-timeout-s`` deadline;
 * ``openai_backend``: ``OpenAIBackend.generate`` against a handler that never answers (0.2 s per request, 1 retry).

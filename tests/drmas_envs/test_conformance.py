@@ -12,7 +12,7 @@ from drmas_envs.testing import check_env, compare_transcripts, cross_process_tra
 
 
 def _shipped(spec: drmas_envs.EnvSpec) -> bool:
-    """Registered by drmas itself: test modules also register toy envs (tests/train/tiny_rl.py) when they are
+    """Registered by drmas itself: test modules also register toy envs (tests/helpers/tiny_rl.py) when they are
     imported, which a fresh interpreter (the cross-process check) never does."""
     ep = spec.entry_point
     module = ep.split(":")[0] if isinstance(ep, str) else getattr(ep, "__module__", "")

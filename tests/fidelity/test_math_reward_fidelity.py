@@ -3,7 +3,7 @@ r"""``grader="reference"`` against the Dr. MAS reference's own math reward code,
 The reference's ``agent_system/environments/env_package/math/utils.py`` and ``math_reward.py`` are read from the
 local mirror (skipped without one) and run in this process beside drmas's
 :mod:`drmas_envs.math.reference_equivalence` / :class:`~drmas_envs.math.reference_grading.ReferenceGrader`; none of
-the inputs below appears in ``tests/envs/test_reference_grading.py``. Cited files:
+the inputs below appears in ``tests/drmas_envs/math/test_reference_grading.py``. Cited files:
   utils  = agent_system/environments/env_package/math/utils.py
   reward = agent_system/environments/env_package/math/math_reward.py
 """

@@ -3,7 +3,7 @@
 Each rank holds a part of each agent's gradient until the gradients are synchronised at the end of the agent's part
 of a mini-batch; FSDP2 ranks then hold shards of it, whose squared norms and inner products are summed over the ranks
 (``UpdateHooks.sum_shards``); DDP ranks hold it whole. Both give every rank the single process's numbers, up to float
-summation order (rel 1e-5, as tests/distributed/test_lean_ranks.py).
+summation order (rel 1e-5, as tests/drmas_train/distributed/test_lean_ranks.py).
 """
 
 from __future__ import annotations

@@ -302,7 +302,7 @@ def test_a_sigkilled_save_keeps_the_previous_checkpoint(tmp_path):
     import sys
 
     path = tmp_path / "ck"
-    root = str(Path(__file__).resolve().parents[2])  # this checkout's drmas_train, whatever is installed
+    root = str(Path(__file__).resolve().parents[3])  # this checkout's drmas_train, whatever is installed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     # timeout: a hang guard, ~100x the subprocess's 6 s
     proc = subprocess.run([sys.executable, "-c", _KILLED_SAVE, str(path)], capture_output=True, text=True,

@@ -9,7 +9,7 @@ atol 1e-3 * lr = 1e-5 and 99.9 % of them to 1e-6.
 
 Both sides run the lean forward (``ppo_update``'s defaults: the chunked LM head; on the ranks inside the DDP /
 FSDP2 forward, ``drmas_train.distributed.data_parallel.call_as_forward``). Grouped prompts (shared under DDP) and the π_old
-recompute on ranks are checked on spawned gloo ranks in tests/distributed/test_lean_ranks.py.
+recompute on ranks are checked on spawned gloo ranks in tests/drmas_train/distributed/test_lean_ranks.py.
 """
 
 from __future__ import annotations

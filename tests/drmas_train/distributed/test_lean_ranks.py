@@ -2,7 +2,7 @@
 inside the wrapper's forward so FSDP2's root hooks and DDP's reducer see the parameters it uses.
 
 2 gloo ranks spawned with ``torch.multiprocessing`` (no Ray: the same ``dp_ppo_update`` the Ray ranks run, in a
-few seconds). Tolerance as tests/distributed/test_data_parallel.py: the ranks add their micro-batch gradients in
+few seconds). Tolerance as tests/drmas_train/distributed/test_data_parallel.py: the ranks add their micro-batch gradients in
 another order than one process, so metrics agree to rel 1e-5 and weights after two AdamW steps at lr 1e-2 to
 atol 1e-3 * lr everywhere and 1e-6 on 99.9 % of the elements. The comparison is against the single-process update
 with the same forward settings (FSDP2 ranks do not share prompts, see ``rank_settings``).

@@ -273,7 +273,7 @@ def test_vllm_version_floor(fake_vllm, monkeypatch):
     from drmas_train.backends.vllm import VLLM_MIN_VERSION, check_vllm_version
 
     assert VLLM_MIN_VERSION == "0.16.0"
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
     assert pyproject["project"]["optional-dependencies"]["vllm"] == [f"vllm>={VLLM_MIN_VERSION}"]
     for ok in ("0.16.0", "0.16.0rc1.dev3+gabc123", "0.32.0", "1.0.0"):
         check_vllm_version(ok)
@@ -633,7 +633,7 @@ def _gpu_check_line(tmp_path, extra_path: str = "") -> tuple[int, dict]:
     import subprocess
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "HOME": str(tmp_path),
            "PYTHONPATH": extra_path}  # fmt: skip
     # timeout: a hang guard, never a measurement

@@ -1,6 +1,6 @@
 """Cross-play of a training run's checkpoints (``drmas crossplay``) and per-role checkpoints in ``drmas eval --team``.
 
-A tiny run (tests/train/tiny_rl.py: agents ``a`` and ``b`` sharing model ``m``) keeps its checkpoints of iterations 1
+A tiny run (tests/helpers/tiny_rl.py: agents ``a`` and ``b`` sharing model ``m``) keeps its checkpoints of iterations 1
 and 2; the 2 x 2 grid (a's model at iteration 1 or 2) x (b's at 1 or 2) must label its cells with the checkpoint that
 played each role and give, in every cell, exactly what a separate ``drmas eval --preset <run>/config.yaml --team``
 of that assignment gives (crossplay takes the run's env and settings as that preset does).

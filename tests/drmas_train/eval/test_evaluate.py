@@ -159,7 +159,7 @@ def test_make_example_leaderboard_script(tmp_path, monkeypatch):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "make_example_leaderboard.py"
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "make_example_leaderboard.py"
     out = tmp_path / "example"
     monkeypatch.setattr(sys, "argv", [str(script), "--out", str(out), "--limit", "1", "--k", "1"])
     monkeypatch.chdir(tmp_path)  # the script chdirs into --out; monkeypatch restores the cwd

@@ -15,7 +15,7 @@ from drmas_train.eval.leaderboard import LeaderboardError, build_tables, suite_o
 from drmas_train.eval.results import load_run, write_run
 from helpers.eval_rows import make_episodes, make_summary
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 
 
 def _run(tmp_path, name, won, *, env_id="math-solver-verifier-v0", sources=("gsm8k", "math500"), k=2, tasks=4):

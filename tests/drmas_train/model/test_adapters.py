@@ -1,6 +1,6 @@
 """Several LoRA adapters on one base model, one per agent (``models.<key>.adapters``, ``agents.<a>: <key>:<adapter>``).
 
-Checked on the tiny env of tests/train/tiny_rl.py: the base is loaded once and held once (every adapter's model is
+Checked on the tiny env of tests/helpers/tiny_rl.py: the base is loaded once and held once (every adapter's model is
 the same ``PeftModel`` object, its base tensors the same storage), it stays frozen, each adapter trains its own
 weights with its own optimizer, the checkpoint holds one folder per adapter (PEFT's layout) and one optimizer state
 per adapter, and a resumed run reads them back exactly.

@@ -4,7 +4,7 @@
 * every preset's rehearsal config equals, but for the estimator and the run's name and directory, the config of one
   of the presets rehearsed in full below (sizes 4B / 8B and 3B / 7B share their stand-in; a ``_dist`` twin adds the
   distributed section of the fully rehearsed ``_dist`` preset of its task, math or search); the estimators
-  themselves run in the trainer on the tiny env (tests/train/test_trainer.py);
+  themselves run in the trainer on the tiny env (tests/drmas_train/run/test_trainer.py);
 * a full rehearsal (train, checkpoint, --resume, drmas eval on the export) of each wiring: math and search x
   shared / non-sharing / heterogeneous, and two ``_dist`` presets on 2 gloo ranks (slow), the search ones against a
   server speaking the reference's retrieval protocol (one query per request: a Search-R1 batch body gets HTTP 422).
