@@ -2,7 +2,7 @@
 after another vs all at once, and the batched backend calls each made, printed as one JSON object.
 
 Concurrent requests that arrive within ``--batch-window-s`` of each other (or while a call runs) share one
-batched ``generate`` call; tests/train/test_openai_server.py checks that they do (by counting calls), this script
+batched ``generate`` call; tests/drmas_train/serving/test_openai_server.py checks that they do (by counting calls), this script
 measures what it saves.
 
     python benchmarks/perf/openai_server.py                              # tiny-llama, 8 requests, 48 tokens

@@ -8,7 +8,7 @@ load, so it is measured here and never asserted:
   ``--grade-limit-s`` limit: the seconds of each timed-out call, back to back (a spare may still be importing),
   and of a normal grade right after a timeout (served by the warm spare);
 * ``grader_long_inputs`` and ``tag_parsing``: wall time of the 1 MB and adversarial inputs of
-  tests/envs/test_grading.py and tests/search/test_parsing.py (the tests count the characters scanned instead);
+  tests/drmas_envs/math/test_grading.py and tests/drmas_envs/search/test_parsing.py (the tests count the characters scanned instead);
 * ``http_retriever``: ``HTTPRetriever.search`` against a server that never answers, one that trickles an endless
   reply 10 bytes/s (each with a ``--http-timeout-s`` per-attempt limit and the same ``total_timeout`` for the whole
   call, so one attempt fits), and a refused port (4 attempts, 0.35 s of backoff);

@@ -12,7 +12,7 @@ agent_system/environments/env_package/math/math_reward.py:96-97``): an answer eq
    distinct letters and no ``^{``, ``^(``, ``^12`` or ``^2^`` are handed to sympy (``utils.py:181-183,349-362``).
 
 Behaviour is the reference's, quirks included (e.g. ``1,999.99999999`` normalises to ``1999``, truncated:
-``utils.py:233-245,336-337``). ``tests/envs/test_reference_grading.py`` holds goldens computed with the reference;
+``utils.py:233-245,336-337``). ``tests/drmas_envs/math/test_reference_grading.py`` holds goldens computed with the reference;
 ``tests/fidelity/test_math_reward_fidelity.py`` runs the reference's own ``utils.py`` beside this module on held-out
 inputs.
 

@@ -44,7 +44,7 @@ Reference: ``langfengQ/DrMAS`` (a verl fork); its per-estimator dispatch is
 ``verl/trainer/ppo/ray_trainer.py:247-377`` (``compute_advantage``). The reference keeps one score per call at the
 call's last response token, so its ``scores = token_level_rewards.sum(-1)`` are drmas's per-call ``scores``.
 
-Conventions (decided here, pinned by tests/train/test_advantages.py and tests/fidelity/):
+Conventions (decided here, pinned by tests/drmas_train/algorithm/test_advantages.py and tests/fidelity/):
 
 * **Singleton groups** (one valid unit) follow the reference by default (``singleton="raw"``): the group gets
   mean 0 and std 1 (``verl/trainer/ppo/core_algos.py:553-555``), so a lone unit's advantage is its raw score

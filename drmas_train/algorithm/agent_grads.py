@@ -14,7 +14,7 @@ Norms do not add (``||g|| <= sum_k ||g_k||``, the triangle inequality), but inne
 
 (``share_k`` may be negative when an agent's gradient opposes the others'). That is the exact statement the update
 reports: per agent ``||g_k||`` and ``share_k`` (tested against per-agent gradients computed one by one in
-``tests/train/test_agent_health.py``). Under independent per-token gradient noise ``E||g_k||^2`` grows with the
+``tests/drmas_train/run/test_agent_health.py``). Under independent per-token gradient noise ``E||g_k||^2`` grows with the
 agent's loss weight times its advantage second moment ``E_k[A^2]``, so ``share_k / loss_share_k`` estimates the
 agent's Prop. 4.3 factor relative to the model's average (Dr. MAS, arXiv 2602.08847, Sec. 4; docs/stability.md).
 

@@ -33,7 +33,7 @@ saves one ``torch.save`` file per rank and merges them with ``scripts/model_merg
 
 FSDP2 on CPU: ``fully_shard`` runs on CPU tensors with the gloo backend in torch 2.13 (forward, backward,
 reduce-scatter of gradients, ``clip_grad_norm_`` over DTensors, AdamW, and the DCP round trip here);
-``tests/distributed/test_checkpoint.py`` exercises it on 2 gloo ranks.
+``tests/drmas_train/distributed/test_checkpoint.py`` exercises it on 2 gloo ranks.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ def chunked_token_logprobs(
     """``log softmax(hidden @ weight.T + bias) / temperature)[targets]`` per token, and the entropy, chunk by chunk.
 
     Equal to the plain full-vocabulary computation up to float rounding, values and gradients (``hidden``,
-    ``weight`` and ``bias``; tests/train/test_lm_head.py). Gradients flow into the log-probs always and into the
+    ``weight`` and ``bias``; tests/drmas_train/model/test_lm_head.py). Gradients flow into the log-probs always and into the
     entropy only when the caller's loss uses it (no cost otherwise).
 
     Args:

@@ -1,5 +1,5 @@
 """benchmarks/perf/rehearse_all.py: the preset list is the paper's 40, and a rehearsal's verdict is condensed into
-its row (pass / fail, stage seconds, memory); the real rehearsals run in tests/train/test_rehearsal.py."""
+its row (pass / fail, stage seconds, memory); the real rehearsals run in tests/drmas_train/run/test_rehearsal.py."""
 
 from __future__ import annotations
 

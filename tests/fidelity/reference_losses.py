@@ -14,7 +14,8 @@ from collections import defaultdict
 
 import numpy as np
 import torch
-from reference_estimators import masked_mean, masked_whiten
+
+from fidelity.reference_estimators import masked_mean, masked_whiten
 
 
 # ---------------------------------------------------------------- torch_functional.py:115-121

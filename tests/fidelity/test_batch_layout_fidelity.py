@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from reference_estimators import compute_grpo_outcome_advantage, per_row, token_table
 
 from drmas_train.algorithm.advantages import drmas
 from drmas_train.algorithm.batch_layout import pad_by_model, pad_indices, padding_multiple, reference_layout
 from drmas_train.algorithm.losses import aggregate
+from fidelity.reference_estimators import compute_grpo_outcome_advantage, per_row, token_table
 
 
 # ---------------------------------------------------------------- the reference, transcribed

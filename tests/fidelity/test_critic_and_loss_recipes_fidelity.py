@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import reference_losses as ref
 import torch
 
+import fidelity.reference_losses as ref
 from drmas_train.algorithm.advantages import gae_estimator
 from drmas_train.algorithm.gae import call_token_rewards, gae
 from drmas_train.algorithm.losses import PolicyLossConfig, kl_penalty, policy_loss, value_loss
@@ -282,7 +282,7 @@ CITED_LINES = {
 
 @pytest.mark.parametrize("path", sorted(CITED_LINES))
 def test_the_cited_reference_lines_say_what_the_docstrings_claim(path):
-    from reference_mirror import reference_file
+    from fidelity.reference_mirror import reference_file
 
     lines = reference_file(path).splitlines()
     for number, text in CITED_LINES[path].items():

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import reference_estimators as ref
 import torch
 
+import fidelity.reference_estimators as ref
 from drmas_train.algorithm.advantages import (
     anchor_groups,
     env_rounds,
@@ -491,7 +491,7 @@ CITED_LINES = {
 
 @pytest.mark.parametrize("path", sorted(CITED_LINES))
 def test_the_cited_reference_lines_say_what_the_docstrings_claim(path):
-    from reference_mirror import reference_file
+    from fidelity.reference_mirror import reference_file
 
     lines = reference_file(path).splitlines()
     for number, text in CITED_LINES[path].items():

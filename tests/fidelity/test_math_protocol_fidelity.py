@@ -10,11 +10,11 @@ Cited files (paths in the reference repository):
 """
 
 import pytest
-from reference_mirror import reference_file, triple_quoted
 
 import drmas_envs
 from drmas_envs.core import ListTaskSource, Task
 from drmas_envs.math import prompts as P
+from fidelity.reference_mirror import reference_file, triple_quoted
 
 SV = "math-solver-verifier-v0"
 TASKS = ListTaskSource([Task("t0", "unit", "What is 3 + 4?", "7")])

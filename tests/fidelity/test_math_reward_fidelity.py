@@ -3,7 +3,7 @@ r"""``grader="reference"`` against the Dr. MAS reference's own math reward code,
 The reference's ``agent_system/environments/env_package/math/utils.py`` and ``math_reward.py`` are read from the
 local mirror (skipped without one) and run in this process beside drmas's
 :mod:`drmas_envs.math.reference_equivalence` / :class:`~drmas_envs.math.reference_grading.ReferenceGrader`; none of
-the inputs below appears in ``tests/envs/test_reference_grading.py``. Cited files:
+the inputs below appears in ``tests/drmas_envs/math/test_reference_grading.py``. Cited files:
   utils  = agent_system/environments/env_package/math/utils.py
   reward = agent_system/environments/env_package/math/math_reward.py
 """
@@ -18,13 +18,13 @@ import types
 from pathlib import Path
 
 import pytest
-from reference_mirror import reference_file
-from shared_data import shared_file
 
 from drmas_envs.data import load_tasks
 from drmas_envs.math.grading import VerifyWorker
 from drmas_envs.math.reference_equivalence import equivalent
 from drmas_envs.math.reference_grading import ReferenceGrader, reference_boxed
+from fidelity.reference_mirror import reference_file
+from helpers.shared_data import shared_file
 
 SAMPLED = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "smollm2_math_answers.jsonl"
 

@@ -16,12 +16,12 @@ Cited files (paths in the reference repository):
 import json
 
 import pytest
-from reference_mirror import reference_file, triple_quoted
 
 import drmas_envs
 from drmas_envs.core import ListTaskSource, Task
 from drmas_envs.search.corpus import Passage
 from drmas_envs.search.prompts import ORCHESTRATOR_PROMPTS
+from fidelity.reference_mirror import reference_file, triple_quoted
 
 ENV_ID = "search-orchestrator-v0"
 CORPUS = [

@@ -1,0 +1,85 @@
+"""Progress that says what it is and moves: during each lock-step generate call a bar of decoded tokens whose
+total is the call's remaining allowance (it becomes the exact count as rows finish), labelled with the rollout's
+purpose (training rollout, validation, eval), the step, the model and the number of calls."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from helpers.backend_fakes import ScriptedBackend
+from helpers.tiny_rl import ENV_ID, tiny_loader
+
+pytest.importorskip("transformers")
+
+from drmas_train.backends.base import SamplingParams, reports_tokens  # noqa: E402
+from drmas_train.backends.hf import HFBackend  # noqa: E402
+from drmas_train.collect.rollout import rollout  # noqa: E402
+from drmas_train.model.assignment import ModelPool  # noqa: E402
+
+
+def test_token_bar_moves_within_each_generate_call(monkeypatch):
+    import tqdm.auto
+
+    bars = []
+
+    class Recorder:
+        def __init__(self, total=None, disable=False, desc="", **kwargs):
+            self.total, self.disable, self.desc, self.n, self.updates, self.kwargs = total, disable, desc, 0, 0, kwargs
+            self.totals = [total]  # the total after each update
+            bars.append(self)
+
+        def update(self, k):
+            self.n, self.updates = self.n + k, self.updates + 1
+            self.totals.append(self.total)
+
+        def refresh(self):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
+    from drmas_train.model.models import ModelSpec
+
+    loaded = tiny_loader(ModelSpec("tiny"), "m")
+    backend = HFBackend.from_loaded(loaded)
+    assert reports_tokens(backend) and not reports_tokens(ScriptedBackend())
+    calls = []
+    original = backend.generate
+
+    def counting_generate(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    counting_generate.__signature__ = inspect.signature(original)  # still reports tokens
+    monkeypatch.setattr(backend, "generate", counting_generate)
+    pool = ModelPool({"m": loaded}, {"m": backend}, {"*": "m"})
+    result = rollout(ENV_ID, [0, 1], 2, pool, SamplingParams(max_new_tokens=4), seed=0, progress=True,
+                     label="validation")
+
+    episode_bar, *token_bars = bars
+    assert episode_bar.desc == "validation: episodes done" and episode_bar.kwargs["unit"] == "ep"
+    assert episode_bar.n == 4 and len(calls) == 2  # one batched call per agent turn (a, then b)
+    assert [b.desc for b in token_bars] == ["validation · step 1 · m · 4 calls", "validation · step 2 · m · 4 calls"]
+    for bar, agent in zip(token_bars, ["a", "b"], strict=True):
+        produced = sum(len(s.response_ids) for s in result.samples if s.agent_id == agent)
+        assert bar.kwargs["unit"] == "tok" and bar.totals[0] == 4 * 4  # 4 calls x 4 new tokens at most
+        assert bar.n == produced and bar.total == produced  # every sampled token (EOS included); exact at the end
+        assert bar.updates > 1  # updated inside the call, once per decode step
+        assert all(a >= b for a, b in zip(bar.totals, bar.totals[1:], strict=False))  # the total only tightens
+
+
+def test_token_progress_total_tightens_as_rows_finish():
+    from drmas_train.collect.progress import TokenProgress
+
+    bar = TokenProgress(3, 10, desc="t")
+    bar([0, 1, 2], [5, 5, 5])
+    assert bar.bar.total == 30
+    bar([0, 2], [5, 5])  # row 1 finished after 1 token: its 9 unused tokens leave the total
+    assert bar.bar.total == 21 and bar.bar.n == 5
+    bar([2], [5])  # row 0 finished after 2 tokens
+    assert bar.bar.total == 13
+    bar.close()
+    assert bar.bar.total == bar.bar.n == 6 == sum(bar.produced.values())
