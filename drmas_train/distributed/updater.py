@@ -46,7 +46,29 @@ from drmas_train.distributed.resource_pool import ResourcePool, plan_world_sizes
 from drmas_train.distributed.worker_group import WorkerGroup
 from drmas_train.errors import ConfigError
 
-__all__ = ["RayUpdater", "DistributedError", "vllm_engine_kwargs", "release_driver_weights", "driver_parameter_count"]
+__all__ = ["RayUpdater", "DistributedError", "check_context", "vllm_engine_kwargs", "release_driver_weights", "driver_parameter_count"]
+
+
+def check_context(max_model_len: int, configs: dict[str, Any]) -> None:
+    """Refuse, before any engine starts, a vLLM ``max_model_len`` longer than a model's context.
+
+    vLLM rejects ``max_model_len`` > ``max_position_embeddings`` when the engine is built (a pydantic error inside a
+    Ray actor's creation, raised again on each of its restarts); this says it once, in the driver.
+
+    Args:
+        max_model_len: the engines' ``max_model_len`` (tokens). configs: ``model_id -> transformers config``.
+
+    Raises:
+        ConfigError: names the model, both lengths and the settings that set them.
+    """
+    for mid, config in configs.items():
+        context = getattr(config, "max_position_embeddings", None)
+        if isinstance(context, int) and max_model_len > context:
+            raise ConfigError(
+                f"model {mid!r}: vLLM's max_model_len {max_model_len} (rollout.max_prompt_tokens + "
+                f"rollout.max_new_tokens, or distributed.vllm_kwargs.max_model_len) exceeds the model's context of "
+                f"{context} tokens (max_position_embeddings); lower rollout.max_prompt_tokens"
+            )
 
 
 def vllm_engine_kwargs(dist: DistributedConfig, n_models: int, *, seed: int, max_model_len: int) -> dict[str, Any]:
@@ -126,10 +148,15 @@ class RayUpdater:
             critic_keys: ``agent_id -> critic_id`` (:func:`drmas_train.algorithm.critic.critic_keys`).
 
         Raises:
-            ConfigError: the cluster cannot hold the requested world sizes.
+            ConfigError: the cluster cannot hold the requested world sizes, or a vLLM engine's ``max_model_len``
+                exceeds its model's context (:func:`check_context`).
             DistributedError: a group failed to start.
         """
         d = dist
+        vllm_kwargs = None
+        if d.generation_engine == "vllm":
+            vllm_kwargs = vllm_engine_kwargs(d, len(model_ids), seed=seed, max_model_len=max_model_len)
+            check_context(vllm_kwargs["max_model_len"], {mid: pool.models[mid].model.config for mid in model_ids})
         owns = not ray.is_initialized()
         resources = init_ray(d.address, dashboard=d.dashboard)
         if d.devices_per_node > 0:
@@ -151,9 +178,6 @@ class RayUpdater:
         share = 2 * len(model_ids) if d.colocate else 2
         groups: dict[str, WorkerGroup] = {}
         group_args: dict[str, tuple[tuple, dict]] = {}
-        vllm_kwargs = None
-        if d.generation_engine == "vllm":
-            vllm_kwargs = vllm_engine_kwargs(d, len(model_ids), seed=seed, max_model_len=max_model_len)
         keys = dict(critic_keys or {}) if critic is not None else {}
         homes = critic_models(keys, {a: pool.model_of(a) for a in keys})  # critic_id -> model_id
         critic_optim = {} if critic is None else {"lr": critic.lr, "weight_decay": critic.weight_decay,

@@ -45,11 +45,16 @@ from typing import Any
 from drmas_train.errors import ConfigError
 from drmas_train.run.config import TrainConfig, load_config, to_yaml
 
-__all__ = ["STAND_INS", "stand_in", "vllm_stand_in", "rehearsal_config", "rehearse"]
+__all__ = ["STAND_INS", "STAND_IN_CONTEXT", "stand_in", "vllm_stand_in", "rehearsal_config", "rehearse"]
 
 #: (substring of a lower-cased model name, the tiny stand-in of its architecture and tokenizer family), first match.
 STAND_INS = (("qwen3", "tiny-qwen3"), ("qwen2", "tiny-qwen2"), ("llama", "tiny-llama"), ("smollm", "tiny-llama"),
              ("tiny-", None))  # fmt: skip
+
+#: the context length (``max_position_embeddings`` of the config.json on the Hub) of the paper models each stand-in
+#: replaces: Qwen3-4B/8B 40960, Qwen2.5-3B/7B-Instruct 32768, Llama-3.2-3B-Instruct 131072. A vLLM stand-in keeps its
+#: family's, so the engines accept the preset's ``max_prompt_tokens + max_new_tokens`` exactly when the real model would.
+STAND_IN_CONTEXT = {"tiny-qwen3": 40960, "tiny-qwen2": 32768, "tiny-llama": 131072}
 
 #: sizes of a rehearsal: enough for every stage to run its real code (groups with contrast, padding, several
 #: mini-batches, a validation), small enough for two CPU cores.
@@ -72,7 +77,8 @@ def stand_in(name_or_path: str) -> str:
 
 def vllm_stand_in(tiny: str, folder: Path, *, seed: int = 0) -> Path:
     """The stand-in ``tiny`` with 2 attention heads of 32 instead of 4 of 16 (vLLM's CPU attention sizes,
-    :data:`~drmas_train.distributed.vllm_cpu.VLLM_CPU_HEAD_SIZES`; same hidden size, layers and tokenizer),
+    :data:`~drmas_train.distributed.vllm_cpu.VLLM_CPU_HEAD_SIZES`; same hidden size, layers and tokenizer) and its
+    family's context length (:data:`STAND_IN_CONTEXT`: vLLM refuses a ``max_model_len`` beyond it),
     random-initialised from ``seed`` and saved with its tokenizer as a Hugging Face folder at ``folder`` (reused when
     there). Returns ``folder``."""
     import torch
@@ -84,6 +90,7 @@ def vllm_stand_in(tiny: str, folder: Path, *, seed: int = 0) -> Path:
     loaded = load_model(tiny)
     config = loaded.model.config
     config.num_attention_heads, config.num_key_value_heads, config.head_dim = 2, 1, config.hidden_size // 2  # 32
+    config.max_position_embeddings = STAND_IN_CONTEXT.get(tiny, config.max_position_embeddings)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = type(loaded.model)(config)

@@ -406,6 +406,19 @@ def test_engine_kwargs_split_the_gpu_share_between_colocated_models():
     assert engine_kwargs(cfg) == {"gpu_memory_utilization": 0.5, "seed": 5, "max_model_len": 64}
 
 
+def test_a_max_model_len_beyond_the_models_context_is_refused_in_the_driver():
+    # vLLM 0.32 refuses it in ModelConfig (seen in a rehearsal: 8192 + 12 > the stand-in's 8192), in the actor's
+    # creation task, once per restart; the driver says it before any engine starts
+    from types import SimpleNamespace
+
+    from drmas_train.distributed.updater import check_context
+
+    configs = {"solver": SimpleNamespace(max_position_embeddings=8192), "router": SimpleNamespace()}
+    check_context(8192, configs)  # equal fits; a config without the field is left to vLLM
+    with pytest.raises(ConfigError, match=r"model 'solver': vLLM's max_model_len 8204 .* context of 8192 tokens"):
+        check_context(8204, configs)
+
+
 def test_config_error_exits_2_without_a_traceback(capsys):
     from drmas_train.cli import main
 

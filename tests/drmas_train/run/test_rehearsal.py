@@ -133,6 +133,8 @@ def test_a_vllm_rehearsal_keeps_vllm_engines_with_heads_vllm_cpu_can_run(tmp_pat
     (folder,) = {m.name_or_path for m in cfg.models.values()}  # Qwen3-4B and Qwen3-1.7B: one stand-in
     config = AutoConfig.from_pretrained(folder)
     assert config.model_type == "qwen3" and config.head_dim in VLLM_CPU_HEAD_SIZES and config.hidden_size == 64
+    # Qwen3's context (config.json of Qwen/Qwen3-4B): the preset's 8192 + 4096 fits, as on the real model
+    assert config.max_position_embeddings == 40960 >= cfg.rollout.max_prompt_tokens + 4096
     loaded = load_model(folder)  # the folder loads offline, with the Qwen3 tokenizer and its chat template
     assert len(loaded.tokenizer) == 151669 and "enable_thinking" in loaded.tokenizer.chat_template
     with pytest.raises(ConfigError, match=r"--vllm rehearses the vLLM generation workers of a _dist preset"):
