@@ -41,10 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
     import torch
     import uvicorn
-    from drmas_train.serving.openai_server import create_app
 
     from drmas_train.backends.hf import HFBackend
     from drmas_train.model.models import load_model
+    from drmas_train.serving.openai_server import create_app
 
     torch.set_num_threads(args.threads)
     app = create_app(HFBackend.from_loaded(load_model(args.model)), "m", batch_window_s=args.batch_window_s)
