@@ -140,6 +140,12 @@ import helpers.tiny_rl  # registers the tiny env
 import drmas_train.run.trainer as T
 from drmas_train.cli import main
 
+# a terminal's Ctrl-C: SIGINT handled by Python and not blocked, whatever this process inherited (an ignored or
+# blocked SIGINT survives exec: after some library in the test process ignored or blocked it, the child never saw
+# its own SIGINT and ran all 10 iterations)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
+
 def interrupt_at(stage, iteration):
     # Ctrl-C, deterministically: this process sends itself SIGINT when `stage` of `iteration` starts
     name = {{"rollout": "rollout", "update": "_update_models"}}[stage]
