@@ -62,6 +62,7 @@ def test_rollout_trajectories_carry_the_record_behind_their_samples():
     assert [r["ground_truth"] for r in rows["b"]] == [["1"], ["1"], ["4"], ["4"]]
 
 
+@pytest.mark.slow
 def test_llm_eval_of_a_search_env_on_its_default_tasks(tmp_path):
     """Regression: LLM eval made each env from the probe's task list alone, so a search env lost its corpus."""
     import torch

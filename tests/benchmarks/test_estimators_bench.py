@@ -160,6 +160,7 @@ def test_the_script_trains_two_presets_and_ranks_them_on_a_leaderboard(tmp_path)
     assert json.loads(again.stdout)["presets"] == printed["presets"] and "done " not in again.stderr
 
 
+@pytest.mark.slow
 def test_the_script_refuses_an_unknown_preset_with_one_line(tmp_path):
     done = _script(
         "--presets", "quickstart_math_nope", "--out", str(tmp_path / "out"), "--runs", str(tmp_path)

@@ -14,6 +14,7 @@ from helpers.shared_data import shared_file
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "grading_oracle.py"
 
 
+@pytest.mark.slow
 @pytest.mark.shared_data
 def test_oracle_scores_one_and_wrong_scores_zero():
     data_dir = shared_file("gsm8k_test.jsonl").parent

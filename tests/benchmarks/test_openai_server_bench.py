@@ -18,6 +18,7 @@ pytest.importorskip("uvicorn")
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "openai_server.py"
 
 
+@pytest.mark.slow
 def test_openai_server_benchmark_reports_consistent_counts():
     # timeout: a hang guard, never a measurement (~10 s at load 2, 121 s at load 15 on 2 cores)
     out = subprocess.run([sys.executable, str(SCRIPT), "--requests", "3", "--max-tokens", "4", "--repeats", "1"],

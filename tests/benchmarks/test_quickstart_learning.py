@@ -36,6 +36,7 @@ def test_summarize_reads_validation_gain_and_per_agent_validity():
         _module().summarize([{"iteration": 1, "rollout/accuracy": 0.5}])
 
 
+@pytest.mark.slow
 def test_script_runs_the_preset_and_prints_the_paired_gain(tmp_path, capsys):
     out = _module().main(["--run-dir", str(tmp_path), "models.shared.name_or_path=tiny-qwen3", "run.iterations=1",
                           "rollout.batch_size=1", "rollout.group_size=2", "rollout.max_new_tokens=4", "eval.size=2",

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "rollout_throughput.py"
 
 
+@pytest.mark.slow
 def test_throughput_benchmark_reports_consistent_counts():
     out = subprocess.run(
         [sys.executable, str(SCRIPT), "--model", "tiny-llama", "--tasks", "2", "--n", "3"]

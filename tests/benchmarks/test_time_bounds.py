@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "time_bounds.py"
 
 
+@pytest.mark.slow
 def test_time_bounds_benchmark_reports_each_bounded_call():
     # timeout: a hang guard, never a measurement (~5 s at load 5, 20 s at load 15 on 2 cores)
     out = subprocess.run([sys.executable, str(SCRIPT), "--repeats", "1", "--skip", "grader"],

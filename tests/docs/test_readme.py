@@ -26,6 +26,7 @@ def _run(code: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_example_prints_the_transcript():
     out = _run(_snippet("Example"))
     assert re.search(r"^# task \S+ \[reasoning_gym/gsm_symbolic\]$", out, flags=re.M)

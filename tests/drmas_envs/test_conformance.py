@@ -28,6 +28,7 @@ def other_processes():
     return cross_process_transcripts(ENV_IDS, (1, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_check_env(env_id, other_processes):
     with warnings.catch_warnings():

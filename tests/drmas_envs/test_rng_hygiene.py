@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 _CHECK = """
 import json, pickle, random
 import numpy as np
@@ -31,6 +33,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_import_make_and_reset_leave_global_rngs_alone():
     # timeout: a hang guard, ~35x the subprocess's 25 s on a loaded 2-core machine
     proc = subprocess.run([sys.executable, "-c", _CHECK], capture_output=True, text=True, timeout=900)

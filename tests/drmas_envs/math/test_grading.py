@@ -103,6 +103,7 @@ def test_grade_rejects_bad_ground_truth():
         grade(1, "1")
 
 
+@pytest.mark.slow
 def test_tower_exponent_times_out_and_worker_recovers():
     """The tower makes sympy compute a 370-million-digit power (minutes of CPU): a ``timeout`` answer can only
     come from the 1 s limit killing the worker, however loaded the machine (load makes sympy slower, not faster).
@@ -158,6 +159,7 @@ def test_default_worker_is_shared():
     assert default_worker() is default_worker()
 
 
+@pytest.mark.slow
 def test_forked_child_starts_its_own_worker():
     import json
     import os

@@ -45,6 +45,7 @@ def _grade(grader: MathGrader, response: str, truth: str) -> GradeResult:
             )
 
 
+@pytest.mark.slow
 def test_a_grade_right_after_a_timeout_is_served_by_the_warm_spare():
     worker = VerifyWorker()
     grader = MathGrader(timeout_s=1.0, worker=worker)
@@ -63,6 +64,7 @@ def test_a_grade_right_after_a_timeout_is_served_by_the_warm_spare():
         worker.close()
 
 
+@pytest.mark.slow
 def test_back_to_back_timeouts_and_no_ready_worker_each_end_at_the_limit(monkeypatch, tmp_path):
     gate = tmp_path / "gate"
     monkeypatch.setenv("DRMAS_TEST_WORKER_GATE", str(gate))

@@ -26,6 +26,7 @@ def server(local):
         yield srv
 
 
+@pytest.mark.slow
 def test_http_equals_in_process(server, local):
     enc = generate_encyclopedia(EncyclopediaConfig())
     queries = [t.question for t in list(enc.tasks)[:40]] + ["", "zzzz unknown"]
@@ -171,6 +172,7 @@ def test_passage_equality_survives_json():
         client._parse({"results": []}, 1)
 
 
+@pytest.mark.slow
 def test_cli_serves_a_corpus_file(tmp_path):
     """``drmas retrieval-server`` in its own process: real socket on 127.0.0.1, same results as in-process."""
     import subprocess

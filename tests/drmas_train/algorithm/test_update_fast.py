@@ -150,6 +150,7 @@ def test_fused_adamw_matches_the_per_parameter_loop():
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_auto_micro_batch_tokens_from_memory():
     model = load_model("tiny-qwen3").model.train()  # 151k-token vocabulary: the LM head dominates
     chunked = activation_bytes_per_token(model, 64, lm_head_chunk=None)

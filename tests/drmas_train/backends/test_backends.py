@@ -80,6 +80,7 @@ def test_filter_logits_top_k_and_top_p():
     assert kept(filter_logits(logits, -1, 1.0)) == [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 def test_sample_categorical_frequencies_and_excluded_tokens():
     g = torch.Generator().manual_seed(0)
     logits = torch.log(torch.tensor([[0.1, 0.2, 0.0, 0.7]])).repeat(40_000, 1)  # token 2 has logit -inf

@@ -236,6 +236,7 @@ def test_a_killed_save_is_never_taken_for_a_checkpoint(saved, tmp_path):
     assert is_sharded_checkpoint(tmp_path / "next") and not partial.exists()
 
 
+@pytest.mark.slow
 def test_load_errors_name_the_problem(saved, tmp_path):
     path, model, opt = saved
     with pytest.raises(FileNotFoundError, match=r"sharded checkpoint '.*nowhere' does not exist"):
@@ -297,6 +298,7 @@ ck.save_sharded(model, opt, path)                       # replaced... but the pr
 """
 
 
+@pytest.mark.slow
 def test_a_sigkilled_save_keeps_the_previous_checkpoint(tmp_path):
     import subprocess
     import sys

@@ -40,6 +40,7 @@ def _single(share_prompts: bool):
     return base, single, metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["fsdp2", "ddp"])
 def test_lean_rank_update_equals_single_process(ranks, strategy):
     got = ranks[strategy]

@@ -37,6 +37,7 @@ def _ckpt(run_dir, it):
     return run_dir / "checkpoints" / f"iter_{it:06d}"
 
 
+@pytest.mark.slow
 def test_crossplay_grid_equals_separate_team_evals(run_dir, tmp_path, capsys):
     out = tmp_path / "grid"
     assert crossplay_cmd.main(["--run", str(run_dir), "--iterations", "1,2", *PLAY, "--out", str(out)]) == 0

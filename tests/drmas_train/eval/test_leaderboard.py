@@ -159,6 +159,7 @@ def _chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
     CHROMIUM is None,
     reason="headless Chromium not installed (Debian: apt-get update && apt-get install -y chromium)",
 )
+@pytest.mark.slow
 def test_html_in_headless_chromium(runs, tmp_path):
     written = write_leaderboard(runs, tmp_path / "lb", png=False)
     url = written["html"].resolve().as_uri()

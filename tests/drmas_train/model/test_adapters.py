@@ -120,6 +120,7 @@ def test_one_base_two_adapters_train_apart_and_round_trip(tmp_path):
     resumed.logger.close()
 
 
+@pytest.mark.slow
 def test_a_lora_per_agent_checkpoint_plays_in_eval_on_one_base(tmp_path):
     """``drmas eval --team`` of a LoRA-per-agent checkpoint: each role's adapter on the run's base, the base loaded
     once for both, and each adapter giving the trained policy's log-probs exactly (the tiny model, whose rewards vary

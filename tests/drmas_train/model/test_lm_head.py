@@ -78,6 +78,7 @@ def _batch(model, seed=0):
     return prompts, responses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
 def test_chunked_and_shared_prompt_paths_equal_plain(name):
     """Values and gradients of the chunked and shared-prompt paths = the plain path, to float32 rounding."""

@@ -121,6 +121,7 @@ def test_length_buckets_golden_and_properties():
         length_buckets([1], token_budget=8, max_pad_fraction=1.0)
 
 
+@pytest.mark.slow
 def test_sample_weights_frequencies_across_blocks_and_zero_weights():
     g = torch.Generator().manual_seed(0)
     probs = torch.tensor(
@@ -225,6 +226,7 @@ def test_greedy_batch_equals_each_prompt_alone(name, stitch):
         assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs, strict=True)) < 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-llama"])
 @pytest.mark.parametrize("stitch", [True, False], ids=["stitched", "padded"])
 def test_rows_leaving_the_batch_early_keep_the_others_exact(name, stitch):

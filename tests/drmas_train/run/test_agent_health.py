@@ -256,6 +256,7 @@ def test_monitor_warns_again_only_after_recovering(caplog):
     assert HealthMonitor({"a": "m", "b": "m"}, 0.0, "grpo", None).check(1, metrics)[1] == []  # 0 = never warn
 
 
+@pytest.mark.slow
 def test_trainer_logs_per_agent_health_to_jsonl_tensorboard_and_plot(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -14,6 +14,7 @@ PRESETS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_all_presets_load_and_grpo_twins_differ_only_in_estimator():
     names = list_presets()
     for name in PRESETS:

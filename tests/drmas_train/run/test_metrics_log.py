@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from drmas_train.run.metrics_log import plot_run
 
 
+@pytest.mark.slow
 def test_plot_has_train_and_validation_accuracy(tmp_path, monkeypatch):
     rows = [
         {"iteration": 1, "rollout/accuracy": 0.25, "reward/solver/mean": 0.1, "loss/shared/grad_norm": 0.5},

@@ -132,6 +132,7 @@ def test_missing_prepared_data_names_the_prepare_command(tmp_path, monkeypatch, 
     )
 
 
+@pytest.mark.slow
 def test_search_stand_in_runs_without_downloads(tmp_path):
     """quickstart_search needs no prepared files or server: one iteration with a tiny model in place of SmolLM2."""
     from drmas_train.run.metrics_log import read_metrics

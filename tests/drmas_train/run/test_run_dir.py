@@ -50,6 +50,7 @@ def finished(tmp_path, capsys):
         (["--resume", "--overwrite"], r"--resume and --overwrite exclude each other"),
     ],
 )
+@pytest.mark.slow
 def test_a_refused_command_changes_no_byte(finished, tmp_path, capsys, extra, message):
     import re
 
@@ -62,6 +63,7 @@ def test_a_refused_command_changes_no_byte(finished, tmp_path, capsys, extra, me
     assert sorted(p.name for p in tmp_path.iterdir()) == beside  # nothing written beside it either
 
 
+@pytest.mark.slow
 def test_resume_of_a_finished_run_is_a_no_op_that_says_so(finished, tmp_path, capsys):
     base, run_dir = finished
     before, beside = _snapshot(run_dir), sorted(p.name for p in tmp_path.iterdir())
@@ -72,6 +74,7 @@ def test_resume_of_a_finished_run_is_a_no_op_that_says_so(finished, tmp_path, ca
     assert _snapshot(run_dir) == before and sorted(p.name for p in tmp_path.iterdir()) == beside
 
 
+@pytest.mark.slow
 def test_overwrite_leaves_no_file_of_the_earlier_run(finished, tmp_path, capsys):
     base, run_dir = finished
     old = _snapshot(run_dir)
@@ -87,6 +90,7 @@ def test_overwrite_leaves_no_file_of_the_earlier_run(finished, tmp_path, capsys)
     assert [r["iteration"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1]
 
 
+@pytest.mark.slow
 def test_overwrite_refuses_entries_it_did_not_write(finished, capsys):
     base, run_dir = finished
     (run_dir / "notes.txt").write_text("my notes")
@@ -97,6 +101,7 @@ def test_overwrite_refuses_entries_it_did_not_write(finished, capsys):
     assert _snapshot(run_dir) == before
 
 
+@pytest.mark.slow
 def test_resume_continues_and_the_summary_covers_the_whole_run(finished, capsys):
     base, run_dir = finished
     first = json.loads((run_dir / "summary.json").read_text())

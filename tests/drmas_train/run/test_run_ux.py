@@ -46,6 +46,7 @@ def no_model_load(monkeypatch):
         (["--resume", "--overwrite"], r"^drmas train: --resume and --overwrite exclude each other"),
     ],
 )  # fmt: skip
+@pytest.mark.slow
 def test_cli_mistake_exits_2_with_one_message(tmp_path, capsys, no_model_load, overrides, message):
     import re
 
@@ -75,6 +76,7 @@ def test_a_retrieval_failure_is_one_line_not_a_traceback(tmp_path, capsys, monke
     assert err == "drmas train: retrieval failed: http://127.0.0.1:9/retrieve does not take the body protocol='drmas' sends\n"
 
 
+@pytest.mark.slow
 def test_presets_per_env():
     assert presets_for_env("search-orchestrator-v0")[0] == "quickstart_search"
     assert presets_for_env("math-solver-verifier-v0")[0] == "quickstart_math"
@@ -174,6 +176,7 @@ def _cli(config, *args, stop=None, **popen):
                             **popen)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("stage", "done"), [("update", 3), ("rollout", 2)])
 def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path, stage, done):
     """Ctrl-C during iteration 3's update finishes that iteration and saves it (done = 3); during iteration 3's

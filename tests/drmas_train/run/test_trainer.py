@@ -14,6 +14,7 @@ from drmas_train.run.trainer import train
 from helpers.tiny_rl import tiny_config, tiny_loader
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["grpo", "drmas", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gigpo"])
 def test_learning_raises_reward(tmp_path, estimator):
     run_dir = tmp_path / estimator
@@ -39,6 +40,7 @@ def test_every_estimator_runs_in_the_trainer(tmp_path, estimator):
         assert 0 <= rows[-1]["rollout/greedy_score_mean"] <= 1
 
 
+@pytest.mark.slow
 def test_short_run_writes_namespaced_metrics_tensorboard_plot(tmp_path):
     run_dir = tmp_path / "run"
     cfg = tiny_config(run_dir, "run.iterations=2", "run.tensorboard=true", "run.plot=true", "eval.every=2", "eval.k=2",
