@@ -64,7 +64,9 @@ _LOOP = textwrap.dedent(
     import json, sys
     import numpy as np
     from drmas_train.distributed.host_memory import cap_mmap_threshold, release_freed_memory, rss_mb
-    capped = cap_mmap_threshold(environ={}) if sys.argv[1] == "cap" else False
+    capped = False
+    if sys.argv[1] == "cap":
+        capped = cap_mmap_threshold(environ={})
     base, keep = rss_mb(), []
     for _ in range(20):
         blocks = []
@@ -99,3 +101,39 @@ def test_capped_threshold_returns_freed_blocks_to_the_os():
     assert dynamic["capped"] is False
     assert dynamic["held"] > 32.0
     assert dynamic["after_release"] < 16.0
+
+
+# a training rank's process: the TrainWorker constructor, with glibc's mallopt recorded
+_TRAIN_WORKER = textwrap.dedent(
+    """
+    import json
+    from drmas_train.distributed import host_memory
+    from drmas_train.distributed.workers import TrainWorker
+    from drmas_train.model.models import ModelSpec
+
+    libc, calls = host_memory._glibc(), []
+    mallopt = libc.mallopt
+    libc.mallopt = lambda *args: calls.append(list(args)) or mallopt(*args)
+    TrainWorker(ModelSpec("tiny-llama"), "m", 0, 1)
+    print(json.dumps(calls))
+    """
+)
+
+
+@pytest.mark.slow  # ~16-23 s each on 2 loaded cores: imports torch, transformers and ray
+@pytest.mark.skipif(not GLIBC, reason="the mmap threshold is glibc's")
+@pytest.mark.parametrize(
+    ("env_vars", "calls"),
+    [
+        ({}, [[-3, 128 * 1024]]),  # M_MMAP_THRESHOLD fixed at glibc's initial 128 KiB
+        ({"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20)}, []),  # the user's threshold is left alone
+        ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1048576"}, []),
+    ],
+)
+def test_a_training_rank_caps_the_threshold_unless_the_environment_sets_it(env_vars, calls):
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}
+    env.update(OMP_NUM_THREADS="1", **env_vars)
+    out = subprocess.run(
+        [sys.executable, "-c", _TRAIN_WORKER], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == calls
