@@ -8,8 +8,9 @@ freed memory stays in the process (only a free stretch at the top of the heap is
 the threshold climbs past their sizes (a (2048, 1536) float32 MLP activation of SmolLM2 is 12 MiB), and from then
 on every activation of every later micro-batch lives in the heap: the process keeps the largest micro-batch's
 activations as freed-but-resident heap memory, on top of whatever the next allocations need, which fragmentation
-inflates further. Measured on a SmolLM2-135M training rank: +1.2 to +1.5 GB at the update's peak and up to 4.8 GB
-held between updates (docs/scaling.md, "Memory of a training rank").
+inflates further. Measured on a SmolLM2-135M DDP rank (``benchmarks/perf/rank_memory.py``, where this is the only
+change): the update's peak 7.4 -> 6.3 GiB, held between updates 5.3 -> 2.5 GiB (docs/scaling.md, "Memory of a
+training rank").
 
 :func:`cap_mmap_threshold` fixes the threshold (setting it with ``mallopt`` turns the dynamic rise off), so blocks of
 at least that size are always mmap'ed and returned on ``free``; :func:`release_freed_memory` hands the heap's free
@@ -81,7 +82,7 @@ def cap_mmap_threshold(
 
 def release_freed_memory() -> bool:
     """Collect garbage, then return the free pages of glibc's heaps to the OS (``malloc_trim(0)``); True when glibc
-    released memory. Cheap (milliseconds); call it where a rank goes idle (after its update) so that the memory
+    released memory. Call it where a rank goes idle (after its update) so that the memory
     freed by the update does not stay resident while the rollout runs."""
     gc.collect()
     libc = _glibc()
