@@ -15,7 +15,7 @@ replies of 4-40 tokens; random token ids: memory does not depend on their values
 dynamic mmap threshold left alone, no release of freed memory after a call, and FSDP2's reduce-scatter deferred to a
 mini-batch's last pass. ``single`` is the library's single-process path either way.
 
-    OMP_NUM_THREADS=1 python benchmarks/perf/rank_memory.py                  # ~3-5 min on 2 cores
+    OMP_NUM_THREADS=1 python benchmarks/perf/rank_memory.py                  # ~25 min on 2 loaded cores
     OMP_NUM_THREADS=1 python benchmarks/perf/rank_memory.py --no-fixes --arms fsdp2
     python benchmarks/perf/rank_memory.py --model tiny-llama --samples 8 --micro-batch-tokens 64   # smoke
 
