@@ -108,7 +108,8 @@ class UpdateHooks:
 
     Every process plans the same micro-batches of a mini-batch; each runs its own passes over them with its loss
     scaled by ``average_over`` (gradients are averaged over the processes, so the averaged gradient is then the
-    one-process sum over the mini-batch's denominator); gradients are synchronised on the mini-batch's last pass.
+    one-process sum over the mini-batch's denominator); gradients are synchronised on the mini-batch's last pass
+    (and on each agent's last with the per-agent split); a wrapper may also synchronise them after other passes.
 
     Attributes:
         forward: how forwards reach the model's parameters (:class:`~drmas_train.model.logprobs.Forward`).
@@ -116,7 +117,8 @@ class UpdateHooks:
             micro-batches, in order; ``None`` is a pass without data (it still joins the other processes' collective
             calls). Every process gets the same number of passes.
         average_over: the number of processes whose gradients are averaged.
-        sync: ``sync(last) -> context manager`` around one pass; gradients are synchronised only when ``last``.
+        sync: ``sync(last) -> context manager`` around one pass; gradients must be synchronised after it when
+            ``last`` (other passes may defer it).
         idle_pass: a forward/backward with zero loss (a ``None`` pass).
         reduce: ``reduce(sums, weight) -> (sums, weight)`` totals over the processes (identical in each).
         agree_budget: ``agree_budget(tokens) -> tokens`` the same in every process, for ``micro_batch_tokens="auto"``.
@@ -335,7 +337,7 @@ def run_epochs(
                 n_mb += 1
                 micros, passes, ends = _mini_batch_passes(mb_samples, budget, share_prompts, hooks, split)
                 for r, k in enumerate(passes):
-                    with _pass_sync(hooks, r, ends, split):  # gradients synchronised at an agent's / the last pass only
+                    with _pass_sync(hooks, r, ends, split):  # gradients synchronised by an agent's / the last pass
                         if k is None:  # a pass without data: joins the other processes' collectives
                             hooks.idle_pass()
                             continue

@@ -12,8 +12,9 @@ token-budget micro-batches and runs micro-batch ``k`` on rank ``k mod world``. T
 divided by ``denom / world`` (``denom`` = the whole mini-batch's, as in the single-process update) because both
 FSDP2's reduce-scatter and DDP's all-reduce *average* gradients over ranks: the synchronised gradient is then
 the sum over all micro-batches, i.e. the single-process gradient up to float summation order. Ranks with fewer
-micro-batches run zero-loss forward/backward passes so every rank joins every collective; gradients are
-synchronised once per mini-batch (``set_requires_gradient_sync`` / ``no_sync``).
+micro-batches run zero-loss forward/backward passes so every rank joins every collective. FSDP2 reduce-scatters
+the gradients after every pass (a rank never holds more than its shard of them between passes); DDP all-reduces
+once per mini-batch (``no_sync`` before its last pass).
 
 Ranks run the single process's lean forward (chunked LM head; shared prompts under DDP), inside the wrapper's
 forward so its hooks see every parameter used (:func:`call_as_forward`, :func:`rank_forward`). Everything that knows
@@ -156,8 +157,19 @@ def wrap_model(model: torch.nn.Module, strategy: str, device: torch.device) -> t
 
 
 def _sync_context(model: torch.nn.Module, sync: bool):
-    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
-        model.set_requires_gradient_sync(sync)
+    """The gradient synchronisation of one pass (:attr:`UpdateHooks.sync`; ``sync``: gradients must be synchronised
+    after it, on the mini-batch's / an agent's last pass).
+
+    FSDP2 reduce-scatters after every pass, so a rank holds only its 1/N shard of the gradients between passes
+    (FSDP2 accumulates the reduced shards into ``param.grad``). Deferring the reduce-scatter to the last pass
+    (``set_requires_gradient_sync(False)`` before) would keep every layer's *unsharded* gradient until then, a full
+    model's worth per rank: the memory FSDP exists to save, for a saving of collectives that gloo cannot overlap
+    with compute anyway. The reference does the same (``loss.backward()`` on every micro-batch, no ``no_sync``:
+    ``langfengQ/DrMAS verl/workers/actor/dp_actor.py:364-429``). DDP all-reduces only when ``sync`` (``no_sync``
+    otherwise): its gradients are full-size on every rank either way, so deferring costs no memory.
+    """
+    if is_fsdp2(model):
+        model.set_requires_gradient_sync(True)
         return nullcontext()
     if hasattr(model, "no_sync") and not sync:  # DDP
         return model.no_sync()
@@ -184,11 +196,11 @@ def rank_passes(rank: int, world_size: int) -> Callable[[Sequence[Sequence[int]]
 
 def rank_hooks(model: torch.nn.Module, *, rank: int, world_size: int, pad_token_id: int) -> UpdateHooks:
     """The :class:`~drmas_train.algorithm.update.UpdateHooks` of one rank of the default process group: its
-    micro-batches (:func:`rank_passes`), gradients averaged over ``world_size`` ranks and synchronised on a
-    mini-batch's last pass (``set_requires_gradient_sync`` / ``no_sync``), zero-loss idle passes, metrics summed over
-    ranks (``all_gather_object``), an ``"auto"`` budget agreed as the ranks' minimum (``all_reduce``), and the
-    per-agent gradient statistics summed over the FSDP2 shards (``all_reduce``; DDP replicas hold the whole gradient,
-    so they need no sum)."""
+    micro-batches (:func:`rank_passes`), gradients averaged over ``world_size`` ranks and synchronised by a
+    mini-batch's last pass (FSDP2: reduce-scattered after every pass; DDP: ``no_sync`` until the last;
+    :func:`_sync_context`), zero-loss idle passes, metrics summed over ranks (``all_gather_object``), an ``"auto"``
+    budget agreed as the ranks' minimum (``all_reduce``), and the per-agent gradient statistics summed over the FSDP2
+    shards (``all_reduce``; DDP replicas hold the whole gradient, so they need no sum)."""
 
     def reduce(sums: dict[str, float], weight: float) -> tuple[dict[str, float], float]:
         gathered: list[Any] = [None] * world_size
@@ -233,7 +245,8 @@ def dp_ppo_update(
     It is :func:`drmas_train.algorithm.update.ppo_update` itself with this rank's :func:`rank_hooks` and
     :func:`rank_settings`: the same micro-batch plan on every rank, rank ``r`` running micro-batches ``r, r + N, ...``
     (loss scaled by N so the averaged gradient is the single-process sum), zero-loss passes for ranks with fewer,
-    gradients reduced on the mini-batch's last pass, and the metrics summed over ranks.
+    gradients reduced after every pass (FSDP2) or on the mini-batch's last pass (DDP), and the metrics summed over
+    ranks.
 
     Args: as :func:`drmas_train.algorithm.update.ppo_update`, plus ``rank`` / ``world_size`` of the default process
         group.

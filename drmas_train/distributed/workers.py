@@ -40,6 +40,7 @@ from drmas_train.distributed.data_parallel import (
     unwrap_ddp,
     wrap_model,
 )
+from drmas_train.distributed.host_memory import cap_mmap_threshold, peak_rss_mb, release_freed_memory
 from drmas_train.model.models import load_model
 from drmas_train.model.value_model import ValueModel
 
@@ -53,13 +54,6 @@ class StaleWeightsError(RuntimeError):
 def worker_device(use_gpu: bool) -> torch.device:
     """``cuda:0`` (Ray sets ``CUDA_VISIBLE_DEVICES`` to the bundle's GPU) or ``cpu``."""
     return torch.device("cuda", 0) if use_gpu else torch.device("cpu")
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MiB (``getrusage``: Linux reports KiB)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _load(loader: Callable | None, spec: Any, model_id: str) -> Any:
@@ -80,11 +74,17 @@ class TrainWorker:
         threads: torch CPU threads. use_gpu: train on the bundle's GPU (NCCL) instead of the CPU (gloo).
         critics: ``critic_id -> build_optimizer keyword arguments`` of the critics this model's agents use (PPO
             with a critic); each starts from the model's loaded weights, its head seeded with ``spec.seed``.
+
+    Host memory: the constructor fixes glibc's mmap threshold before the rank allocates anything large (unless the
+    environment sets it: ``MALLOC_MMAP_THRESHOLD_`` / ``GLIBC_TUNABLES``), so freed activations go back to the OS
+    instead of staying in the heap; each call that runs forwards (update, log-probs, critic) ends by returning the
+    memory it freed (:mod:`drmas_train.distributed.host_memory`).
     """
 
     def __init__(self, spec: Any, model_id: str, rank: int, world_size: int, *, loader: Callable | None = None,
                  optim_kwargs: dict[str, Any] | None = None, kl: bool = False, strategy: str = "auto",
                  threads: int = 1, use_gpu: bool = False, critics: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
+        cap_mmap_threshold()  # before the model and its activations are allocated
         torch.set_num_threads(max(int(threads), 1))
         self.spec, self.model_id, self.rank, self.world_size = spec, model_id, rank, world_size
         self.loader, self.optim_kwargs, self.kl = loader, dict(optim_kwargs or {}), kl
@@ -133,6 +133,8 @@ class TrainWorker:
         with self.opt.resident():  # the AdamW state on the device for the update only (optim.offload)
             out = ppo_update(self.model, self.opt, samples, advantages, settings, pad_token_id=pad, ref_model=self.ref,
                              seed=seed, hooks=hooks)  # fmt: skip
+        del samples
+        release_freed_memory()  # the update's freed activations and gradients leave the process before the rollout
         return {**drift, **out, "peak_rss_mb": peak_rss_mb()}
 
     def kl_logprobs(self, samples: Sequence[Any], settings: UpdateSettings) -> tuple[list[list[float]], list[list[float]]]:
@@ -146,17 +148,23 @@ class TrainWorker:
             samples, _ = recompute_old_logprobs(hooks.forward, samples, settings, pad_token_id=pad,
                                                 agree_budget=hooks.agree_budget)  # fmt: skip
         if self.rank != 0:
+            release_freed_memory()
             return [], []
         ref, _ = recompute_old_logprobs(self.ref, samples, settings, pad_token_id=pad)
-        return [list(s.old_logprobs) for s in samples], [list(s.old_logprobs) for s in ref]
+        out = [list(s.old_logprobs) for s in samples], [list(s.old_logprobs) for s in ref]
+        del samples, ref
+        release_freed_memory()
+        return out
 
     def critic_values(self, critic_id: str, samples: Sequence[Any], settings: UpdateSettings) -> list[np.ndarray]:
         """Collective: ``V_t`` of every response token under critic ``critic_id``
         (:func:`~drmas_train.algorithm.critic.critic_values`, every rank the same forwards)."""
         critic, _ = self.critics[critic_id]
         hooks = rank_hooks(critic, rank=self.rank, world_size=self.world_size, pad_token_id=self.tokenizer.pad_token_id)
-        return critic_values(hooks.forward, samples, rank_settings(critic, settings), pad_token_id=self.tokenizer.pad_token_id,
-                             agree_budget=hooks.agree_budget)  # fmt: skip
+        out = critic_values(hooks.forward, samples, rank_settings(critic, settings), pad_token_id=self.tokenizer.pad_token_id,
+                            agree_budget=hooks.agree_budget)  # fmt: skip
+        release_freed_memory()
+        return out
 
     def update_critic(self, critic_id: str, samples: Sequence[Any], old_values: np.ndarray, returns: np.ndarray,
                       seed: int, settings: UpdateSettings) -> dict[str, float]:  # fmt: skip
@@ -166,8 +174,10 @@ class TrainWorker:
         pad = self.tokenizer.pad_token_id
         hooks = rank_hooks(critic, rank=self.rank, world_size=self.world_size, pad_token_id=pad)
         with opt.resident():
-            return value_update(critic, opt, samples, old_values, returns, rank_settings(critic, settings),
-                                pad_token_id=pad, seed=seed, hooks=hooks)  # fmt: skip
+            out = value_update(critic, opt, samples, old_values, returns, rank_settings(critic, settings),
+                               pad_token_id=pad, seed=seed, hooks=hooks)  # fmt: skip
+        release_freed_memory()
+        return out
 
     def save_critic(self, critic_id: str, path: str) -> None:
         """Collective: sharded checkpoint of a critic and its optimizer (as :meth:`save`)."""
