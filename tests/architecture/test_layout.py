@@ -193,3 +193,20 @@ def test_ray_is_imported_at_module_top_in_distributed_and_nowhere_else():
             elif not rel.startswith(("drmas_train/distributed/", "drmas_train/integrations/rllib_ppo.py")):
                 wrong.append(f"{rel}:{line}: imports ray outside distributed/")
     assert not wrong, "\n".join(wrong)
+
+
+def test_docs_floor_table_is_the_code():
+    """docs/architecture.md's floor table names each part on its floor and every module of it (commands excepted:
+    one module per subcommand)."""
+    import re
+
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {m.group(2): (int(m.group(1)), m.group(3)) for m in
+            re.finditer(r"^\| (\d+) \| `([a-z_]+)/?(?:\.py)?` \|\s*(.*?)\s*\| ", doc, re.M)}  # fmt: skip
+    assert [part for part, _ in sorted(rows.items(), key=lambda kv: kv[1][0])] == list(FLOORS)
+    for part, (_, modules) in rows.items():
+        folder = PACKAGE / part
+        if not folder.is_dir() or part == "commands":
+            continue
+        names = {p.stem for p in folder.glob("*.py") if not p.name.startswith("_")}
+        assert not {n for n in names if f"`{n}`" not in modules}, f"docs/architecture.md: {part}/ lists not every module"
