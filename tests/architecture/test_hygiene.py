@@ -42,6 +42,7 @@ def test_smollm2_gguf_lookup_order(monkeypatch, tmp_path):
         smollm2_gguf_path()
 
 
+@pytest.mark.slow
 def test_checkpoint_files_load_with_weights_only_and_messages_use_logging(tmp_path, caplog):
     from drmas_train.run.trainer import train
 

@@ -252,6 +252,7 @@ def test_load_errors_name_the_problem(saved, tmp_path):
         save_sharded(model, "adam", tmp_path / "bad")
 
 
+@pytest.mark.slow
 def test_export_and_import_round_trip_and_refusals(saved, tmp_path):
     path, model, opt = saved
     cfg = _hf_config_dir(tmp_path / "cfg")

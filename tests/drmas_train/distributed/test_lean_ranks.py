@@ -63,6 +63,7 @@ def test_lean_rank_update_equals_single_process(ranks, strategy):
     assert float((diff <= 1e-6).float().mean()) >= 0.999
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["fsdp2", "ddp"])
 def test_pi_old_recomputed_on_ranks_gives_a_first_ratio_of_exactly_one(ranks, strategy):
     got = ranks[strategy]
