@@ -372,7 +372,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PRESET",
         help="presets or YAML files (default: one per estimator, %(default)s)",
     )
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per preset (default 3)")
+    p.add_argument("--seeds", type=int, default=3, help="N seeds per preset (default 3)")
+    p.add_argument("--first-seed", type=int, default=0, help="seeds FIRST..FIRST+N-1 (default 0)")
     p.add_argument(
         "--iterations",
         type=int,
@@ -413,13 +414,13 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     jobs = []
     for preset in args.presets:
         stem = Path(preset).stem
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             run_dir = Path(args.runs) / stem / f"seed_{seed}"
             overrides = [*args.overrides, f"seed={seed}", f"run.dir={run_dir}", "run.progress=false",
                          f"run.num_threads={args.threads}"]  # fmt: skip
             if args.iterations is not None:
                 overrides.append(f"run.iterations={args.iterations}")
-            if seed == 0:
+            if seed == args.first_seed:
                 load_config(preset, overrides)  # every mistake before the first run starts
             jobs.append({"preset": preset, "seed": seed, "overrides": overrides, "run_dir": str(run_dir),
                          "log": str(run_dir.parent / f"seed_{seed}.log"), "threads": args.threads,
@@ -454,9 +455,10 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds < 1
         or args.jobs < 1
         or args.threads < 1
+        or args.first_seed < 0
         or (args.iterations is not None and args.iterations < 1)
     ):
-        print("estimators.py: --seeds, --jobs, --threads and --iterations must be >= 1", file=sys.stderr)
+        print("estimators.py: --seeds, --jobs, --threads and --iterations must be >= 1, --first-seed >= 0", file=sys.stderr)
         return 2
     try:
         jobs = _jobs(args)
@@ -500,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = _summary_json(preset, recs, agg, args)
         write_run(out / "results" / Path(preset).stem, summary, [])
     machine = {"cores": len(os.sched_getaffinity(0)), "load_start": load_start, "load_end": os.getloadavg()}
-    result = {"presets": presets, "failed": failed, "seeds": args.seeds, "iterations": args.iterations,
+    result = {"presets": presets, "failed": failed, "seeds": args.seeds, "first_seed": args.first_seed,
+              "iterations": args.iterations,
               "overrides": args.overrides, "threads": args.threads, "jobs": args.jobs, "wall_time_s": round(wall, 1),
               "machine": machine}  # fmt: skip
     (out / "results.json").write_text(json.dumps({**result, "runs": sorted(records, key=lambda r: (r["preset"], r["seed"]))},

@@ -44,6 +44,19 @@ RECIPES = {
         "algorithm.reward_kl_control": "adaptive",
     },
 }
+#: team presets (benchmarks/paper_effect/PROTOCOL.md): quickstart_math with other models per agent, and their GRPO
+#: twins -> (the models section, the agents section, the estimator); the rest must be quickstart_math's
+TEAMS = {
+    "quickstart_math_nonsharing": (
+        {"solver_model": {"name_or_path": "smollm2-135m-instruct"},
+         "verifier_model": {"name_or_path": "smollm2-135m-instruct"}},
+        {"solver": "solver_model", "verifier": "verifier_model"}, "drmas"),
+    "quickstart_math_lora_agents": (
+        {"base": {"name_or_path": "smollm2-135m-instruct", "lr": 2e-4,
+                  "adapters": {"solver": {"r": 16, "alpha": 32}, "verifier": {"r": 16, "alpha": 32}}}},
+        {"solver": "base:solver", "verifier": "base:verifier"}, "drmas"),
+}  # fmt: skip
+TEAMS |= {f"{name}_grpo": (models, agents, "grpo") for name, (models, agents, _) in TEAMS.items()}
 #: the metric only a preset's recipe writes (the others: the policy's grad norm, which every update logs)
 MARKERS = {"quickstart_math_gae": "critic/shared/vf_loss", "quickstart_math_dapo": "rollout/gen_batches",
            "quickstart_math_kl_reward": "reward/kl_coef", "quickstart_math_remax": "rollout/greedy_score_mean"}  # fmt: skip
@@ -61,7 +74,7 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 def test_every_quickstart_math_preset_is_listed_and_every_estimator_has_one():
     presets = {n for n in list_presets() if n.startswith("quickstart_math_")}
-    assert presets == set(RECIPES)
+    assert presets == set(RECIPES) | set(TEAMS)
     covered = {"drmas"} | {r["algorithm.estimator"] for r in RECIPES.values() if "algorithm.estimator" in r}
     assert covered == set(ESTIMATORS)  # quickstart_math itself is the drmas one
 
@@ -93,3 +106,37 @@ def test_a_recipe_preset_runs_one_iteration_on_a_tiny_model(tmp_path, name):
         assert {"adv/solver/mean", "adv/verifier/mean"} <= set(
             row
         )  # both agents' calls reached the estimator
+
+
+def _model_subset(full: dict, expected: dict) -> dict:
+    """The keys of ``full`` (a resolved model section) that ``expected`` names, recursively."""
+    return {k: _model_subset(full[k], v) if isinstance(v, dict) else full[k] for k, v in expected.items()}
+
+
+@pytest.mark.parametrize("name", sorted(TEAMS))
+def test_a_team_preset_differs_from_the_quickstart_only_in_its_models_and_estimator(name):
+    models, agents, estimator = TEAMS[name]
+    base, preset = as_dict(load_config("quickstart_math")), as_dict(load_config(name))
+    assert preset["agents"] == agents and preset["algorithm"]["estimator"] == estimator
+    assert set(preset["models"]) == set(models) and _model_subset(preset["models"], models) == models
+    for section in ("env", "rollout", "optim", "eval", "critic"):
+        assert preset[section] == base[section], section
+    assert {k: v for k, v in preset["algorithm"].items() if k != "estimator"} == {
+        k: v for k, v in base["algorithm"].items() if k != "estimator"
+    }
+    assert preset["run"]["dir"] == f"runs/{name}" and preset["seed"] == base["seed"]
+
+
+@pytest.mark.parametrize("name", ["quickstart_math_nonsharing", "quickstart_math_lora_agents"])
+def test_a_team_preset_runs_one_iteration_on_a_tiny_model(tmp_path, name):
+    keys = list(TEAMS[name][0])
+    cfg = load_config(name, [f"run.dir={tmp_path / name}", "run.iterations=1", "rollout.batch_size=2",
+                             "rollout.group_size=2", "rollout.max_new_tokens=10", "eval.every=0",
+                             "run.save_samples=false", "run.tensorboard=false", "run.plot=false",
+                             "run.progress=false", "run.num_threads=1", "env.data_options.size=8"]
+                      + [f"models.{k}.name_or_path=tiny-llama" for k in keys])  # fmt: skip
+    train(cfg)
+    row = read_metrics(tmp_path / name / "metrics.jsonl")[-1]
+    trained = {k.split("/")[1] for k in row if k.startswith("loss/") and k.endswith("/grad_norm")}
+    # one update per model key, or per adapter: every agent's own parameters moved under its own optimizer
+    assert trained == set(TEAMS[name][1].values())
