@@ -28,12 +28,14 @@ over PCIe). A weight push of model m takes ``push_s_per_param * P_m``.
 * **sync** (the reference, and drmas's lock-step engine): every agent call of a turn is one batched call over all
   live episodes, split into equal contiguous chunks over the GPUs (``agent_system/agent/agents/base.py:90``, a
   blocking ``generate_sequences``; the agents of a step run one after the other,
-  ``agent_system/agent/orchestra/math/math_orchestra.py:82-115``, ``.../search/search_orchestra.py:131-197``;
+  ``agent_system/agent/orchestra/math/math_orchestra.py:82-121``, ``.../search/search_orchestra.py:116-187``;
   turns in ``agent_system/multi_turn_rollout/rollout_loop.py:444-491``): each call waits for its slowest
   sequence. Then the engines sleep (weights to host memory and back: ``switch_s``), the models update **one after
   another** on all GPUs (``verl/trainer/ppo/ray_trainer.py:1268-1271`` old log-probs and ``1387-1393`` updates,
   a loop over worker groups whose calls block: ``verl/single_controller/base/decorator.py:505``,
-  ``blocking=True``), and each pushes its weights.
+  ``blocking=True``), and each pushes its weights once. (The reference reloads the weights into its SGLang engine
+  at every ``generate_sequences`` call and flushes the engine's cache, ``verl/workers/sharding_manager/
+  fsdp_sglang.py:92-119,162``; the model charges one push per model per iteration, as drmas's vLLM path does.)
 * **async**: an event simulation. Episodes stream (no turn barrier: a call starts as soon as the episode's previous
   call and retrieval end); the trainer of each model consumes the complete groups of one batch; updates run in
   turn on the training GPUs, each followed by its weight push, during which generation stalls. Generation may run
@@ -219,7 +221,7 @@ class LogNormal:
 
 @dataclass(frozen=True)
 class MathEpisodes:
-    """Solver <-> Verifier (``math_orchestra.py:82-115``, ``max_loop_num=2``, ``run_math.sh:33``): Solver, Verifier,
+    """Solver <-> Verifier (``math_orchestra.py:82-121``, ``max_loop_num=2``, ``run_math.sh:33``): Solver, Verifier,
     and a second Solver call when the Verifier rejects. Max response 4096, prompts up to 8192
     (``run_math.sh:49-50``); thinking off (``run_math.sh:52``). Lengths and the rejection rate are assumptions:
     non-thinking Qwen3 solutions of competition math run to hundreds of tokens with a long tail to the cap."""
@@ -244,7 +246,7 @@ class MathEpisodes:
 
 @dataclass(frozen=True)
 class SearchEpisodes:
-    """Verifier (router) -> Search | Answer, at most 4 steps (``search_orchestra.py:131-197``, ``run_search.sh:33``;
+    """Verifier (router) -> Search | Answer, at most 4 steps (``search_orchestra.py:116-187``, ``run_search.sh:33``;
     no Search call at the last step), responses up to 800 tokens, prompts up to 4096 (``run_search.sh:49-50``),
     top-3 passages per search. Lengths, routing probabilities and the retrieval latency are assumptions: short
     router/query/answer replies, ~130 tokens per retrieved passage, an e5 + FAISS GPU server answering a query in
@@ -305,6 +307,14 @@ class Setup:
         rng = np.random.default_rng(seed)
         n = self.groups * self.group_size
         return [[self.episodes.sample(rng) for _ in range(n)] for _ in range(iterations)]
+
+
+def scale_lengths(episodes: MathEpisodes | SearchEpisodes, factor: float) -> MathEpisodes | SearchEpisodes:
+    """The same episode structure with every median response length multiplied by ``factor`` (caps kept)."""
+    changes = {f.name: dataclasses.replace(v, median=v.median * factor)
+               for f in dataclasses.fields(episodes)
+               if f.name.endswith("_len") and isinstance(v := getattr(episodes, f.name), LogNormal)}  # fmt: skip
+    return dataclasses.replace(episodes, **changes)
 
 
 _MATH = "run_math.sh:9,24 (32 prompts x 8), README.md:187-192 (GPUs)"
@@ -450,7 +460,8 @@ class AsyncSim:
     """Event-driven async training (see the module docstring). Deterministic for given batches."""
 
     def __init__(self, batches: Sequence[Sequence[Episode]], models: Sequence[str], gpus: int, costs: Any, *,
-                 eta: int, placement: str = "colocated", gen_gpus: int | None = None) -> None:  # fmt: skip
+                 eta: int, placement: str = "colocated", gen_gpus: int | None = None,
+                 measure: int | None = None) -> None:  # fmt: skip
         if eta < 0:
             raise ValueError(f"eta must be >= 0, got {eta}")
         if placement not in ("colocated", "split"):
@@ -479,6 +490,8 @@ class AsyncSim:
         self.max_staleness = 0  # the largest (trainer version - admission version) of an update's batch
         self.consumed: dict[str, int] = {m: 0 for m in models}  # batches each model's trainer has consumed
         self.complete: set[int] = set()
+        self.measure = len(batches) if measure is None else measure
+        self.snapshot: dict[str, float] = {}
         self.next_queue = 0
 
     # -- engines
@@ -626,6 +639,11 @@ class AsyncSim:
         self.version[m] += 1
         if all(v >= len(self.version_done) + 1 for v in self.version.values()):
             self.version_done.append(self.t)
+            if len(self.version_done) == self.measure:
+                for g in self.g:
+                    self._advance(g)
+                self.snapshot = {"busy_s": sum(g.busy_s for g in self.g), "train_gpu_s": self.train_gpu_s,
+                                 "decode_s": sum(g.decode_s for g in self.g), "seq_s": sum(g.seq_s for g in self.g)}  # fmt: skip
         if self.colocated and not self.jobs:
             self.pause_start = None
             self._set_paused(False)
@@ -653,23 +671,32 @@ class AsyncSim:
             raise RuntimeError(
                 f"simulation stalled after {len(self.version_done)} of {len(self.batches)} batches"
             )
-        gen_gpu_s = sum(g.busy_s for g in self.g)
-        total = self.version_done[-1] * self.gpus
+        snap = self.snapshot
+        total = self.version_done[self.measure - 1] * self.gpus
         return {
             "ends": self.version_done,
             "max_staleness": self.max_staleness,
-            "mean_batch": sum(g.seq_s for g in self.g) / max(1e-12, sum(g.decode_s for g in self.g)),
-            "gen_util": gen_gpu_s / total,
-            "train_util": self.train_gpu_s / total,
+            "mean_batch": snap["seq_s"] / max(1e-12, snap["decode_s"]),
+            "gen_util": snap["busy_s"] / total,
+            "train_util": snap["train_gpu_s"] / total,
         }
 
 
 def simulate_async(batches: Sequence[Sequence[Episode]], models: Sequence[str], gpus: int, costs: Any, *, eta: int,
-                   placement: str = "colocated", gen_gpus: int | None = None, warmup: int = 2) -> dict[str, float]:  # fmt: skip
+                   placement: str = "colocated", gen_gpus: int | None = None, warmup: int = 2,
+                   measure: int | None = None) -> dict[str, float]:  # fmt: skip
     """Async over ``batches``: seconds per iteration = (T_K - T_w) / (K - w), T_k the time every model reached
-    version k, w = ``warmup`` (the pipeline fills during the first iterations); GPU utilisation over all K."""
-    out = AsyncSim(batches, models, gpus, costs, eta=eta, placement=placement, gen_gpus=gen_gpus).run()
-    ends = out["ends"]
+    version k, w = ``warmup`` (the pipeline fills during the first iterations), K = ``measure`` (default: all
+    batches). Batches after the K-th keep generation busy to the end of the window, as in a longer run (give
+    ``eta`` extra batches: without them the last iterations have no next batch to share the engines with).
+    GPU shares and the mean decode batch are over [0, T_K]."""
+    k = len(batches) if measure is None else measure
+    if not 1 <= k <= len(batches):
+        raise ValueError(f"measure must be in 1..{len(batches)}, got {measure}")
+    out = AsyncSim(
+        batches, models, gpus, costs, eta=eta, placement=placement, gen_gpus=gen_gpus, measure=k
+    ).run()
+    ends = out["ends"][:k]
     w = min(warmup, len(ends) - 1)
     per_iter = (ends[-1] - (ends[w - 1] if w > 0 else 0.0)) / (len(ends) - w)
     return {"s_per_iter": float(per_iter), "gen_util": out["gen_util"], "train_util": out["train_util"],
@@ -683,19 +710,27 @@ def compare(setup: Setup, etas: Sequence[int] = (1, 2), iterations: int = 8, see
             split_fractions: Sequence[float] = (0.25, 0.5, 0.75)) -> dict[str, Any]:  # fmt: skip
     """Sync and async (colocated, and split with the best of ``split_fractions`` of the GPUs generating) for one
     setup, on the same sampled batches."""
-    batches = setup.batches(iterations, seed)
+    extra = max(etas, default=0)
+    batches = setup.batches(iterations + extra, seed)  # the async runs generate ahead into the extra ones
     costs = setup.costs()
-    sync = simulate_sync(batches, setup.models, setup.gpus, costs)
+    sync = simulate_sync(batches[:iterations], setup.models, setup.gpus, costs)
     row: dict[str, Any] = {"setup": setup.name, "models": list(setup.models), "gpus": setup.gpus,
                            "hardware": setup.hardware.name, "episodes_per_iter": setup.groups * setup.group_size,
                            "sync": {k: round(v, 3) for k, v in sync.items()}, "async": {}, "source": setup.source}  # fmt: skip
     for eta in etas:
-        col = simulate_async(batches, setup.models, setup.gpus, costs, eta=eta)
+        col = simulate_async(batches, setup.models, setup.gpus, costs, eta=eta, measure=iterations)
         splits = []
         for f in split_fractions:
             n = min(setup.gpus - 1, max(1, round(f * setup.gpus)))
             r = simulate_async(
-                batches, setup.models, setup.gpus, costs, eta=eta, placement="split", gen_gpus=n
+                batches,
+                setup.models,
+                setup.gpus,
+                costs,
+                eta=eta,
+                placement="split",
+                gen_gpus=n,
+                measure=iterations,
             )
             splits.append((r["s_per_iter"], n, r))
         best = min(splits, key=lambda x: x[0])
@@ -744,13 +779,15 @@ def predict_ratio(decode_tok_s: float, update_tok_s: float, sync_s: float, batch
 
     ``decode_tok_s``, ``prefill_tok_s``, ``update_tok_s``: measured rates of one worker (a CPU thread, a GPU);
     ``sync_s``: seconds of one weight push; ``batches``: measured episodes (e.g. ``load_episodes`` of a run's
-    samples). The engine is compute-bound (throughput independent of the batch), as measured on CPU. A later
-    measured async run compares its sync/async ratio to ``ratio`` here."""
+    samples; the async run also generates ``eta`` batches past them, taken from their start). The engine is
+    compute-bound (throughput independent of the batch), as measured on CPU. A later measured async run compares
+    its sync/async ratio to ``ratio`` here."""
     models = sorted({c.model for b in batches for ep in b for c in ep})
     costs = MeasuredCosts(decode_tok_s, prefill_tok_s, update_tok_s, push_time_s=sync_s)
     sync = simulate_sync(batches, models, workers, costs, warmup=1)
-    asy = simulate_async(batches, models, workers, costs, eta=eta, placement=placement, gen_gpus=gen_workers,
-                         warmup=1)  # fmt: skip
+    ahead = list(batches) + [batches[i % len(batches)] for i in range(eta)]
+    asy = simulate_async(ahead, models, workers, costs, eta=eta, placement=placement, gen_gpus=gen_workers,
+                         warmup=1, measure=len(batches))  # fmt: skip
     return {"sync_s_per_iter": sync["s_per_iter"], "sync_rollout_s": sync["rollout_s"],
             "sync_update_s": sync["update_s"], "async_s_per_iter": asy["s_per_iter"],
             "ratio": sync["s_per_iter"] / asy["s_per_iter"]}  # fmt: skip
@@ -791,8 +828,12 @@ def cpu_check(eta: int = 1) -> dict[str, Any]:
     )
     sync1 = simulate_sync(batches, models, 1, costs, warmup=1)
     sync2 = simulate_sync(batches, models, 2, costs, warmup=1)
-    col = simulate_async(batches, models, 1, costs, eta=eta, warmup=1)
-    split = simulate_async(batches, models, 2, costs, eta=eta, placement="split", gen_gpus=1, warmup=1)
+    ahead = batches + batches[:eta]  # generation runs ahead into eta more batches (the measured ones again)
+    k = len(batches)
+    col = simulate_async(ahead, models, 1, costs, eta=eta, warmup=1, measure=k)
+    split = simulate_async(
+        ahead, models, 2, costs, eta=eta, placement="split", gen_gpus=1, warmup=1, measure=k
+    )
 
     def case(sync: dict[str, float], asy: dict[str, float]) -> dict[str, float]:
         return {"sync_s_per_iter": round(sync["s_per_iter"], 1), "sync_rollout_s": round(sync["rollout_s"], 1),
@@ -822,6 +863,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--hardware", choices=["H100", "H200"], default="H100", help="GPU of every setup")
     p.add_argument("--retrieval-s", type=float, default=None, help="seconds per search call (search setups)")
+    p.add_argument("--length-scale", type=float, default=1.0, help="multiply every median response length")
     p.add_argument("--markdown", action="store_true", help="print the doc's Markdown table instead of JSON")
     p.add_argument("--cpu-check", action="store_true", help="the CPU quickstart's predicted sync/async ratio")
     args = p.parse_args(argv)
@@ -830,9 +872,10 @@ def main(argv: list[str] | None = None) -> int:
         or any(e < 0 for e in args.eta)
         or (args.retrieval_s is not None and args.retrieval_s < 0)
         or (args.groups is not None and args.groups < 1)
+        or args.length_scale <= 0
     ):
         print(
-            "async_sim: --iterations must be >= 3, --groups >= 1, every --eta >= 0 and --retrieval-s >= 0",
+            "async_sim: need --iterations >= 3, --groups >= 1, --eta >= 0, --retrieval-s >= 0, --length-scale > 0",
             file=sys.stderr,
         )
         return 2
@@ -844,6 +887,8 @@ def main(argv: list[str] | None = None) -> int:
         s = dataclasses.replace(SETUPS[name], hardware={"H100": H100, "H200": H200}[args.hardware])
         if args.groups is not None:
             s = dataclasses.replace(s, groups=args.groups)
+        if args.length_scale != 1.0:
+            s = dataclasses.replace(s, episodes=scale_lengths(s.episodes, args.length_scale))
         if args.retrieval_s is not None and isinstance(s.episodes, SearchEpisodes):
             s = dataclasses.replace(s, episodes=dataclasses.replace(s.episodes, retrieval_s=args.retrieval_s))
         setups.append(s)
@@ -852,7 +897,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(rows))
     else:
         print(json.dumps({"roofline_check": roofline_check(), "hardware": args.hardware, "iterations": args.iterations,
-                          "seed": args.seed, "retrieval_s": args.retrieval_s, "rows": rows}))  # fmt: skip
+                          "seed": args.seed, "retrieval_s": args.retrieval_s, "length_scale": args.length_scale,
+                          "rows": rows}))  # fmt: skip
     return 0
 
 
