@@ -751,6 +751,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     head += [f"async colocated {e}" for e in etas]
     head += [f"async split {e} (gen GPUs)" for e in etas if e != "eta=0"]
     head += ["GPU share gen / train (mean decode batch): sync", f"colocated {util_eta}", f"split {util_eta}"]
+    head = [h.replace("eta=", "η=") for h in head]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         s = r["sync"]

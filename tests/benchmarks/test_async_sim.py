@@ -195,3 +195,13 @@ def test_cli_prints_valid_json_for_each_preset(name):
 def test_cli_bad_input_exits_2_with_one_line():
     out = subprocess.run([sys.executable, str(_PATH), "--eta", "-1"], capture_output=True, text=True)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and not out.stdout
+
+
+@pytest.mark.slow
+def test_the_doc_table_is_the_scripts_output():
+    # docs/scaling.md section 7 prints `python benchmarks/perf/async_sim.py --eta 0 1 2 --markdown` (~45 s)
+    out = subprocess.run([sys.executable, str(_PATH), "--eta", "0", "1", "2", "--markdown"], capture_output=True,
+                         text=True, check=True).stdout.strip().splitlines()  # fmt: skip
+    doc = (_PATH.parents[2] / "docs" / "scaling.md").read_text().splitlines()
+    start = doc.index(out[0])
+    assert doc[start : start + len(out)] == out
