@@ -2,14 +2,16 @@
 
 Examples::
 
-    drmas crossplay --run runs/quickstart_math --iterations 0,4,8 --data reasoning_gym:basic_arithmetic \\
-        --limit 32 --k 4 --out runs/crossplay/math           # solver checkpoints x verifier checkpoints
+    drmas crossplay --run runs/quickstart_math --iterations 0,4,8 --k 4 --out runs/crossplay/math
+                                                             # solver checkpoints x verifier checkpoints
     drmas crossplay --run runs/search --roles verifier,answer --fixed search=latest --swaps --out runs/crossplay/search
 
 The run's ``config.yaml`` says which model key each role uses; iteration 0 is the initial model, iteration N the
 checkpoint ``checkpoints/iter_<N>`` (each one must still be there: train with ``run.save_every`` and a
 ``run.keep_checkpoints`` large enough). The env, its arguments, the sampling and the length limits default to the
-run's own (as ``drmas eval --preset <run>/config.yaml``); flags win. ``--swaps`` adds the other roles' models in
+run's own (as ``drmas eval --preset <run>/config.yaml``); flags win. Without ``--data`` the tasks are the run's own
+validation tasks (held out from its training tasks), rebuilt from its config and written to
+``OUT/validation_tasks.jsonl``. ``--swaps`` adds the other roles' models in
 each role (only models of the same base: architecture and tokenizer). Writes ``OUT/crossplay.json``,
 ``OUT/crossplay_<env>_<source>.png`` (avg@k and pass@k heatmaps), ``OUT/cells/r<i>_c<j>/`` (one ``drmas eval``
 results directory per cell) and ``OUT/leaderboard/``.
@@ -18,6 +20,7 @@ results directory per cell) and ``OUT/leaderboard/``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="drmas crossplay",
         description="Cross-play a training run's checkpoints: one role's players x another's, avg@k ± SE and pass@k "
                     "per cell, heatmaps, and a 'drmas eval' results directory per cell. The run's config.yaml is the "
-                    "preset of the options below (its env, env arguments, validation sampling and length limits).",
+                    "preset of the options below (its env, env arguments, validation sampling and length limits), "
+                    "and without --data the tasks are the run's own held-out validation tasks.",
         formatter_class=HelpFormatter,
     )  # fmt: skip
     p.add_argument(
@@ -180,6 +184,36 @@ def _table(matrix: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def validation_tasks_of_run(args: argparse.Namespace) -> str | None:
+    """Without ``--data``: make ``args`` play the run's own validation tasks, and return a note saying which.
+
+    A run that validated on a task source (``eval.data``, or a ``env.data`` it held tasks out of): its validation
+    tasks (:func:`drmas_train.run.env_setup.run_validation_tasks`, rebuilt from its ``config.yaml``) are written to
+    ``<out>/validation_tasks.jsonl`` and become ``args.data``. A run that validated on the env's own tasks (its first
+    ``eval.size``): ``args.limit`` becomes ``eval.size`` unless given. A run without validation (``eval.every: 0``)
+    or with ``--data`` given: nothing changes (None).
+
+    Raises:
+        ConfigError: the run's config or its task source does not load.
+    """
+    from drmas_train.run.config import load_config
+    from drmas_train.run.env_setup import run_validation_tasks
+
+    cfg = load_config(str(Path(args.run) / "config.yaml"))
+    if args.data or cfg.eval.every <= 0:
+        return None
+    if not (cfg.eval.data or cfg.env.data):
+        if args.limit is None:
+            args.limit = cfg.eval.size
+        return f"tasks: the env's own first {args.limit}, as the run validated on its first {cfg.eval.size}"
+    tasks = run_validation_tasks(cfg)
+    path = Path(args.out) / "validation_tasks.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks), encoding="utf-8")
+    args.data = [str(path)]
+    return f"tasks: the run's {len(tasks)} validation tasks, written to {path} (--data plays others)"
+
+
 def main(argv: list[str]) -> int:
     """Entry point of ``drmas crossplay``; returns the exit code (2 on bad arguments, one line on stderr)."""
     args = build_parser().parse_args(argv)
@@ -189,6 +223,8 @@ def main(argv: list[str]) -> int:
 
     try:  # everything about the arguments is checked before a model loads
         run, plan, notes = plan_from_args(args)
+        if (note := validation_tasks_of_run(args)) is not None:
+            notes.append(note)
         args.preset = str(
             Path(args.run) / "config.yaml"
         )  # the run's env, sampling and limits are the defaults

@@ -20,7 +20,8 @@ from drmas_train.run.config import ConfigError, TrainConfig, presets_for_env
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env", "require_task_files"]
+__all__ = ["held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env", "require_task_files", "run_validation_tasks",
+           "validation_tasks"]
 
 DATA_FORMS = ("a JSONL/JSON/Parquet file path, 'reasoning_gym:<dataset>' (e.g. reasoning_gym:gsm_symbolic), "
                "'hf:<id>[:<config>][@<split>]', or null for the env's own tasks")  # fmt: skip
@@ -92,6 +93,60 @@ def held_out_tasks(candidates: Any, train: Any, size: int) -> list[Any]:
             f"{len(train)} training tasks; set eval.data to other problems or widen env.data_options"
         )
     return out
+
+
+def validation_tasks(cfg: TrainConfig, tasks: Any) -> tuple[list[Any] | None, list[tuple[int, str]]]:
+    """A run's validation tasks (None when ``eval.every`` is 0) and the notes to log about them.
+
+    ``eval.data``: its first ``eval.size`` tasks. Else a procedural ``env.data``: 1,000 candidates from another seed
+    (``seed + 10000``; the training set's size does not apply) minus every training question
+    (:func:`held_out_tasks`). Else a file or the env's own tasks: their first ``eval.size`` rows, which are then not
+    held out (a warning note).
+
+    Args:
+        cfg: the run's config.
+        tasks: the training tasks (``len`` and indexing), as the env uses them.
+
+    Returns:
+        ``(tasks or None, [(logging level, message), ...])``.
+
+    Raises:
+        ConfigError: a task source that does not load, or no held-out candidate (:func:`held_out_tasks`).
+    """
+    if cfg.eval.every <= 0:
+        return None, []
+    notes: list[tuple[int, str]] = []
+    spec = cfg.eval.data or cfg.env.data
+    key = "eval.data" if cfg.eval.data else "env.data"
+    val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000, size=1000) if spec else tasks
+    if spec and not cfg.eval.data and is_procedural(spec):  # a small problem space repeats across seeds
+        val_tasks = held_out_tasks(val_src, tasks, cfg.eval.size)
+        notes.append((logging.INFO, f"validation: {len(val_tasks)} held-out {spec} tasks (questions not in the "
+                                    f"{len(tasks)} training tasks)"))  # fmt: skip
+    else:
+        val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
+        if not cfg.eval.data:
+            source = spec or "the env's own tasks"
+            notes.append((logging.WARNING, f"validation reads the training data ({source}): its {len(val_tasks)} "
+                                           "tasks are not held out; set eval.data to other problems"))  # fmt: skip
+    return val_tasks, notes
+
+
+def run_validation_tasks(cfg: TrainConfig) -> list[Any] | None:
+    """The validation tasks a training run with config ``cfg`` used (:func:`validation_tasks` of its training
+    tasks: ``env.data``, or the env's own tasks), rebuilt from the config alone; None when it validated nothing.
+
+    Raises:
+        ConfigError: as :func:`validation_tasks`, or an ``env.data`` that does not load.
+    """
+    if cfg.eval.every <= 0:
+        return None
+    tasks = load_env_tasks(cfg)
+    if tasks is None:  # the env's own tasks, as build_run reads them
+        import drmas_envs
+
+        tasks = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs))).tasks
+    return validation_tasks(cfg, tasks)[0]
 
 
 def _accepted_kwargs(env_id: str) -> set[str] | None:

@@ -109,11 +109,10 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     from drmas_train.model.models import ModelNotFoundError
     from drmas_train.run.checkpoint import load_checkpoint
     from drmas_train.run.env_setup import (
-        held_out_tasks,
-        is_procedural,
         load_env_tasks,
         make_probe_env,
         require_task_files,
+        validation_tasks,
     )
     from drmas_train.run.metrics_log import MetricsLogger
     from drmas_train.run.run_dir import plan_run_dir
@@ -135,24 +134,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     probe = make_probe_env(cfg, env_fn)
     validate_config(cfg, list(probe.possible_agents))  # before any model loads
     tasks = probe.tasks if tasks is None else tasks
-    val_tasks, notes = None, []  # notes: (level, message) logged once the run starts (a refused one prints only its error)
-    if cfg.eval.every > 0:
-        spec = cfg.eval.data or cfg.env.data
-        # eval.data: its first eval.size tasks. Else procedural env.data: 1,000 candidates from another seed (the
-        # training set's size does not apply), minus every training question; files / the env's own tasks: their
-        # first eval.size rows, which are then not held out (warned).
-        key = "eval.data" if cfg.eval.data else "env.data"
-        val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000, size=1000) if spec else tasks
-        if spec and not cfg.eval.data and is_procedural(spec):  # a small problem space repeats across seeds
-            val_tasks = held_out_tasks(val_src, tasks, cfg.eval.size)
-            notes.append((logging.INFO, f"validation: {len(val_tasks)} held-out {spec} tasks (questions not in the "
-                                        f"{len(tasks)} training tasks)"))  # fmt: skip
-        else:
-            val_tasks = [val_src[i] for i in range(min(cfg.eval.size, len(val_src)))]
-            if not cfg.eval.data:
-                source = spec or "the env's own tasks"
-                notes.append((logging.WARNING, f"validation reads the training data ({source}): its {len(val_tasks)} "
-                                               "tasks are not held out; set eval.data to other problems"))  # fmt: skip
+    val_tasks, notes = validation_tasks(cfg, tasks)  # notes: logged once the run starts (a refused one prints only its error)
 
     configure_threads(cfg.run.num_threads)  # 0 = the cores available; warns once if others keep them busy now
     specs = model_specs(cfg)

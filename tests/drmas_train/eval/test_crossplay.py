@@ -160,3 +160,43 @@ def test_swaps_add_the_other_roles_models_of_the_same_base(tmp_path):
     assert plan.rows[0].model == {"name_or_path": "tiny", "dtype": "float32", "device": "cpu", "seed": 0,
                                   "chat_template_kwargs": {}, "model_id": "run/base/m"} and notes == []  # fmt: skip
     assert open_run(tmp_path / "run").roles == ["a", "b"]
+
+
+@pytest.mark.slow
+def test_crossplay_without_data_plays_the_runs_validation_tasks(tmp_path, capsys):
+    """The tiny env validates on its own first eval.size tasks: crossplay plays exactly those."""
+    from drmas_train.run.trainer import train
+
+    cfg = tiny_config(tmp_path / "run", "run.iterations=1", "run.save_every=1", "eval.every=1", "eval.size=3",
+                      "eval.k=2", "run.name=valrun")  # fmt: skip
+    train(cfg, loader=tiny_loader)
+    validated = json.loads((tmp_path / "run" / "validation" / "iter_000001.json").read_text())["scores"]
+    out = tmp_path / "grid"
+    play = [a for i, a in enumerate(PLAY) if "--limit" not in PLAY[max(i - 1, 0) : i + 1]]  # no --limit
+    assert crossplay_cmd.main(["--run", str(tmp_path / "run"), "--iterations", "1", *play, "--out", str(out)]) == 0
+    assert "tasks: the env's own first 3, as the run validated on its first 3" in capsys.readouterr().err
+    cell = json.loads((out / "crossplay.json").read_text())["cells"][0][0]
+    played = {json.loads(line)["task_id"] for line in (out / cell["result_dir"] / "episodes.jsonl").read_text().splitlines()}
+    assert played == set(validated)
+
+
+def test_validation_tasks_of_a_procedural_run_are_its_held_out_ones(tmp_path):
+    """A run on reasoning_gym data validates on held-out questions from another seed: crossplay writes exactly
+    those (rebuilt from the run's config, as the trainer built them) and plays them as --data."""
+    import argparse
+
+    from drmas_train.run.config import load_config, to_yaml
+    from drmas_train.run.env_setup import held_out_tasks, load_env_tasks
+
+    cfg = load_config("quickstart_math", [f"run.dir={tmp_path / 'run'}"])
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(to_yaml(cfg))
+    args = argparse.Namespace(run=str(tmp_path / "run"), out=str(tmp_path / "out"), data=[], limit=None)
+    note = crossplay_cmd.validation_tasks_of_run(args)
+    assert note.startswith("tasks: the run's 32 validation tasks, written to")
+    rows = [json.loads(line) for line in (tmp_path / "out" / "validation_tasks.jsonl").read_text().splitlines()]
+    train_tasks = load_env_tasks(cfg)
+    expected = held_out_tasks(load_env_tasks(cfg, cfg.env.data, key="env.data", seed=10_000, size=1000), train_tasks, 32)
+    assert [r["task_id"] for r in rows] == [t.task_id for t in expected]
+    assert not {r["question"] for r in rows} & {train_tasks[i].question for i in range(len(train_tasks))}
+    assert args.data == [str(tmp_path / "out" / "validation_tasks.jsonl")]
