@@ -77,7 +77,7 @@ class PolicyLossConfig:
     kl_coef: float
     kl_estimator: str
     entropy_coef: float
-    behaviour_weight_cap: float | None = None
+    behaviour_weight_cap: float | None
 
     def __post_init__(self) -> None:
         if self.loss_agg not in AGG_MODES:
