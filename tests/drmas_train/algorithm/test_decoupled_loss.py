@@ -226,3 +226,23 @@ def test_update_reads_the_engines_logprobs_as_behaviour_policy():
         sum(wi * ni for wi, ni in zip(w, n, strict=True)) / sum(n), rel=1e-5
     )
     assert m_stale["behaviour_weight_capped"] == 0.0
+
+
+def test_the_option_runs_in_the_trainer_and_checks_its_config(tmp_path):
+    from drmas_train.run.config import ConfigError as RunConfigError
+    from drmas_train.run.metrics_log import read_metrics
+    from drmas_train.run.trainer import train
+    from helpers.tiny_rl import tiny_config, tiny_loader
+
+    run_dir = tmp_path / "run"
+    train(tiny_config(run_dir, "run.iterations=1", "algorithm.behaviour_weight_cap=2.0"), loader=tiny_loader)
+    row = read_metrics(run_dir / "metrics.jsonl")[-1]
+    # the HF engine and the trainer compute the same log-probs up to float noise: w = pi_prox / pi_behav ~ 1
+    assert (
+        abs(row["loss/m/behaviour_weight_mean"] - 1.0) < 1e-3 and row["loss/m/behaviour_weight_capped"] == 0.0
+    )
+    assert row["loss/m/grad_norm"] > 0
+    with pytest.raises(RunConfigError, match="needs algorithm.recompute_old_logprobs: true"):
+        tiny_config(
+            tmp_path / "bad", "algorithm.behaviour_weight_cap=2.0", "algorithm.recompute_old_logprobs=false"
+        )
