@@ -125,6 +125,13 @@ class AlgorithmConfig:
     (:mod:`drmas_train.algorithm.old_logprobs`; langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1265) and log the mismatch with
     the rollout engine's (``loss/<model>/old_logprob_abs_diff_max`` / ``_mean``); False: use the engine's log-probs
     as π_old (saves one forward pass; the first PPO ratio then also carries the engine/trainer drift)."""
+    behaviour_weight_cap: float | None = None
+    """the decoupled PPO objective (:mod:`drmas_train.algorithm.losses`; Hilton, Cobbe & Schulman 2022, as AReaL uses
+    it for stale samples): the ratio is clipped against π_prox (π_old recomputed with the training weights) and
+    each token's loss is weighted by ``min(π_prox / π_behav, cap)``, π_behav being the rollout engine's log-probs
+    (``Sample.rollout_logprobs``). null = off (the reference's loss). Needs ``recompute_old_logprobs: true`` and a
+    rollout backend that returns log-probs; >= 1. Without stale samples the weight only corrects the engine/trainer
+    drift (it is exactly 1 where the two agree)."""
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``algorithm.<field>``), the bad value and what is accepted."""
@@ -136,6 +143,10 @@ class AlgorithmConfig:
             PolicyLossConfig(**{name: getattr(self, name) for name in LOSS_FIELDS})
         except ValueError as err:
             raise ConfigError(f"algorithm.{err}") from None
+        require(self.behaviour_weight_cap is None or self.recompute_old_logprobs,
+                "algorithm.behaviour_weight_cap (the decoupled objective) needs algorithm.recompute_old_logprobs: true "
+                "(π_prox is the recomputed π_old; without it π_prox = π_behav and the weight is 1); set it, or "
+                "behaviour_weight_cap: null")  # fmt: skip
         require(self.grouping is None or self.grouping in GROUPINGS,
                 f"algorithm.grouping={self.grouping!r}; accepted: null (the estimator's own), {', '.join(GROUPINGS)}")  # fmt: skip
         require(self.grouping is None or DEFAULT_GROUPING[self.estimator] is not None,

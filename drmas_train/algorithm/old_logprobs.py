@@ -107,7 +107,8 @@ def recompute_old_logprobs(
             (:attr:`drmas_train.algorithm.update.UpdateHooks.agree_budget`).
 
     Returns:
-        ``(new_samples, metrics)``: B samples (copies for recomputed ones, the same objects otherwise) and
+        ``(new_samples, metrics)``: B samples (copies for recomputed ones, whose ``rollout_logprobs`` keep the
+        engine's log-probs, π_behav of the decoupled objective; the same objects otherwise) and
         :func:`logprob_mismatch` over the recomputed ones, with the per-agent gaps (:func:`agent_logprob_gaps`).
 
     Raises:
@@ -150,7 +151,7 @@ def recompute_old_logprobs(
         module.train(was_training)
     out = list(samples)
     for i, row in new_rows.items():
-        out[i] = dataclasses.replace(samples[i], old_logprobs=row)
+        out[i] = dataclasses.replace(samples[i], old_logprobs=row, rollout_logprobs=list(samples[i].behaviour_logprobs))
     metrics = logprob_mismatch(
         [samples[i].old_logprobs for i in chosen], [new_rows[i] for i in chosen], [samples[i].response_mask for i in chosen]
     )

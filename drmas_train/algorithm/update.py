@@ -40,7 +40,7 @@ from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward, can_share_prompts, forward_logprobs
 
 __all__ = ["ppo_update", "run_epochs", "MicroStep", "advantage_rows", "pad_right", "UpdateHooks", "shares_prompts",
-           "plan_micro_batches", "micro_batch_budget", "activation_checkpointing", "loss_layout"]
+           "plan_micro_batches", "micro_batch_budget", "activation_checkpointing", "loss_layout", "check_behaviour_logprobs"]
 
 
 def shares_prompts(model: Any, settings: UpdateSettings) -> bool:
@@ -177,6 +177,25 @@ def _check_advantages(samples: Sequence[Sample], advantages: np.ndarray) -> None
         raise ValueError(f"per-token advantages of shape {a.shape} are shorter than the longest response ({longest} tokens)")
 
 
+def check_behaviour_logprobs(samples: Sequence[Sample]) -> None:
+    """The decoupled objective's input check: every sample carries the rollout engine's log-prob of each response
+    token (:attr:`~drmas_train.collect.samples.Sample.behaviour_logprobs`).
+
+    Raises:
+        ValueError: naming the first sample (model, agent, ``traj_uid``) whose engine log-probs are missing or of
+            another length than its response, and what to do.
+    """
+    for s in samples:
+        if len(s.behaviour_logprobs) != len(s.response_ids):
+            raise ValueError(
+                f"algorithm.behaviour_weight_cap (decoupled objective) needs the rollout engine's log-prob of every "
+                f"response token, but a sample of model {s.model_id!r} (agent {s.agent_id!r}, traj_uid {s.traj_uid!r}) "
+                f"has {len(s.behaviour_logprobs)} for {len(s.response_ids)} tokens: its rollout backend did not return "
+                "them (use one that does, e.g. hf or vllm, or an OpenAI-compatible server that returns logprobs), or "
+                "set algorithm.behaviour_weight_cap: null"
+            )
+
+
 def ppo_update(
     model: Any,
     opt: ModelOptimizer,
@@ -219,11 +238,14 @@ def ppo_update(
         (:meth:`drmas_train.algorithm.agent_grads.AgentGradients.metrics`; identical in every process).
 
     Raises:
-        ValueError: ``advantages`` not aligned with ``samples``.
+        ValueError: ``advantages`` not aligned with ``samples``; with ``settings.loss.behaviour_weight_cap`` set, a
+            sample without the engine's log-probs (:func:`check_behaviour_logprobs`).
     """
     _check_advantages(samples, advantages)
     if not samples:
         return {}
+    if settings.loss.behaviour_weight_cap is not None:
+        check_behaviour_logprobs(samples)
     hooks = hooks or UpdateHooks(Forward.of(model))
     share_prompts = shares_prompts(hooks.forward.module, settings)  # micro-batches count a shared prompt once only then
     loss_cfg = settings.loss
@@ -393,8 +415,12 @@ def _micro_step(forward, batch, adv, loss_cfg, pad_token_id, temperature, denom,
             with torch.no_grad():
                 ref, _, _ = forward_logprobs(ref_model, prompts, responses, pad_token_id=pad_token_id,
                                              temperature=temperature, **fwd)  # fmt: skip
+        behav = None
+        if loss_cfg.behaviour_weight_cap is not None:  # the decoupled objective: π_behav = the engine's log-probs
+            behav = pad_right([s.behaviour_logprobs for s in batch], T).to(logprobs.device)  # (b, T)
         loss, metrics = policy_loss(
-            logprobs, old, adv.to(logprobs.device), mask, loss_cfg, entropy=entropy, ref_logprobs=ref, denom=denom
+            logprobs, old, adv.to(logprobs.device), mask, loss_cfg, entropy=entropy, ref_logprobs=ref, denom=denom,
+            behav_logprobs=behav,
         )
     loss.backward()
     return metrics, float(mask.sum())

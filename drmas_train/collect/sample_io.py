@@ -50,6 +50,8 @@ def _schema():
             ("finish_reason", pa.string()),
             ("extra", pa.string()),
             ("anchor_key", pa.string()),
+            ("rollout_logprobs", pa.list_(pa.float64())),
+            ("policy_version", pa.int64()),
         ]
     )
 

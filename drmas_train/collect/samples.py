@@ -39,8 +39,10 @@ class Sample:
         agent_turn: index of this call among its agent's calls in the episode (0-based).
         prompt_ids: prompt token ids (list[int], length P), chat template applied.
         response_ids: response token ids (list[int], length T).
-        old_logprobs: log-probability of each response token under the sampling policy
-            (list[float], length T, float32 precision).
+        old_logprobs: log-probability of each response token under π_old (list[float], length T, float32
+            precision): the rollout engine's as generated; the training model's after
+            :func:`drmas_train.algorithm.old_logprobs.recompute_old_logprobs` (which then keeps the engine's in
+            ``rollout_logprobs``).
         response_mask: 1 for tokens that count in the loss, 0 for padding/truncation (list[int], length T).
         prompt_text, response_text: the decoded strings (``response_text`` is the env action).
         is_action_valid: whether the env judged the action valid.
@@ -52,6 +54,12 @@ class Sample:
         anchor_key: the anchor state the call acted on (GiGPO): :func:`observation_key` of the env's observation
             text (``observe(agent)["prompt"]``, before the chat template and any truncation); ``""`` when unknown
             (samples written before drmas recorded it).
+        rollout_logprobs: the rollout engine's log-probs (length T) once ``old_logprobs`` were replaced by the
+            training model's recomputation; None while ``old_logprobs`` are still the engine's. Read them through
+            :attr:`behaviour_logprobs` (π_behav of the decoupled objective, :mod:`drmas_train.algorithm.losses`).
+        policy_version: how many optimizer updates the generating model (``model_id``) had received when it
+            generated this call (its trainer's version counter, :mod:`drmas_train.run.policy_versions`); 0 for
+            samples written before drmas recorded it.
     """
 
     uid: str
@@ -75,6 +83,14 @@ class Sample:
     finish_reason: str = "stop"
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     anchor_key: str = ""
+    rollout_logprobs: list[float] | None = None
+    policy_version: int = 0
+
+    @property
+    def behaviour_logprobs(self) -> list[float]:
+        """π_behav: the rollout engine's log-probs of the response tokens (``rollout_logprobs`` when π_old was
+        recomputed, else ``old_logprobs``); may be shorter than the response when a backend did not return them."""
+        return self.old_logprobs if self.rollout_logprobs is None else self.rollout_logprobs
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; :meth:`from_dict` is its exact inverse."""

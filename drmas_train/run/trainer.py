@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from drmas_train.run.config import ConfigError, TrainConfig, to_yaml, validate_config
+from drmas_train.run.policy_versions import PolicyVersions, staleness_metrics
 
 __all__ = ["RunState", "build_run", "train", "compute_advantages", "model_specs"]
 
@@ -43,6 +44,7 @@ class RunState:
     updater: Any = None  # LocalUpdater (default) or distributed RayUpdater (run/updater.py lists the seam)
     elapsed_before: float = 0.0  # seconds the earlier processes of this run spent (from the checkpoint resumed)
     kl_control: Any = None  # the KL-in-reward coefficient's controller (algorithm.reward_kl_coef > 0), else None
+    versions: Any = None  # PolicyVersions: each trained model's update count (drmas_train.run.policy_versions)
     started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
 
     def elapsed(self) -> float:
@@ -207,14 +209,30 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         elapsed_before = float(state.get("extra", {}).get("elapsed_s", 0.0))
         if kl_control is not None and "reward_kl_control" in state.get("extra", {}):
             kl_control.load_state_dict(state["extra"]["reward_kl_control"])
+        versions = _restored_versions(cfg, updater, state, start)
         logger.info("resumed from iter %d (checkpoint %s)", start, plan.resume_from)
+    else:
+        versions = PolicyVersions(updater.model_ids)
     plan.apply()  # the first write: everything is validated and every model loaded
     for level, note in notes:
         logger.log(level, "%s", note)
     metrics_logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start,
-                    updater, elapsed_before, kl_control)  # fmt: skip
+                    updater, elapsed_before, kl_control, versions=versions)  # fmt: skip
+
+
+def _restored_versions(cfg: TrainConfig, updater: Any, state: dict[str, Any], iteration: int) -> PolicyVersions:
+    """The policy versions of a checkpoint (``extra["policy_versions"]``), or, for one written before drmas recorded
+    them, derived from its iteration (:meth:`~drmas_train.run.policy_versions.PolicyVersions.from_iteration`)."""
+    saved = state.get("extra", {}).get("policy_versions")
+    if saved is not None:
+        return PolicyVersions(updater.model_ids, saved)
+    warmup = cfg.critic.warmup_iterations if updater.critic_keys else 0
+    versions = PolicyVersions.from_iteration(updater.model_ids, iteration, policy_warmup=warmup)
+    logger.info("checkpoint has no policy versions (written before drmas recorded them): derived from its iteration "
+                "%d: %s", iteration, versions.state_dict())  # fmt: skip
+    return versions
 
 
 def compute_advantages(cfg: TrainConfig, samples: list[Any], greedy: list[Any] | None = None, **columns: Any) -> np.ndarray:
@@ -402,7 +420,7 @@ def _save(run: RunState, iteration: int) -> Path:
     """An atomic checkpoint of ``iteration``: the updater writes the models' part, the run the rest."""
     from drmas_train.run.checkpoint import save_checkpoint
 
-    extra: dict[str, Any] = {"elapsed_s": run.elapsed()}
+    extra: dict[str, Any] = {"elapsed_s": run.elapsed(), "policy_versions": run.versions.state_dict()}
     if run.kl_control is not None:  # the adaptive KL coefficient moves with training
         extra["reward_kl_control"] = run.kl_control.state_dict()
     return save_checkpoint(run.run_dir / "checkpoints", iteration, write_state=run.updater.write_state,
@@ -467,6 +485,7 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         t0 = time.perf_counter()
         run.updater.start_iteration(it + 1)
         tasks, result, collected = _collect(run, seed)  # one batch, or DAPO's dynamic sampling
+        run.versions.stamp(result.samples)  # generated with the weights of the current versions (sync)
         greedy = _greedy_baseline(run, tasks, result, seed)  # ReMax only, else None
         guard.hold(f"iteration {it + 1}")  # from here to the checkpoint, Ctrl-C waits for the iteration to finish
         if cfg.run.save_samples:
@@ -482,9 +501,12 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
             metrics.update({**batch_metrics(samples[:n], adv[:n]), **shaped})
             metrics["rollout/padding_samples"] = float(len(samples) - n)
             if it >= cfg.critic.warmup_iterations or not run.updater.critic_keys:
+                metrics.update(staleness_metrics(samples, run.versions))  # versions of the update's start: π_prox
                 metrics.update(_update_models(run, samples, adv, seed))
+                run.versions.advance({s.model_id for s in samples} & set(run.updater.model_ids))
             else:  # the critic's warm-up: the policy waits
                 run.updater.resume_generation()
+            metrics.update(run.versions.metrics())
         except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
             it = _rewind(run, err)
             logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)
@@ -559,6 +581,7 @@ def _rewind(run: RunState, err: Exception) -> int:
     run.sampler.load_state_dict(state["sampler"])
     if run.kl_control is not None and "reward_kl_control" in state.get("extra", {}):
         run.kl_control.load_state_dict(state["extra"]["reward_kl_control"])
+    run.versions = _restored_versions(run.cfg, run.updater, state, it)
     run.logger.close()
     run.logger = MetricsLogger(run.run_dir, tensorboard=run.cfg.run.tensorboard, truncate_after=it)
     return it

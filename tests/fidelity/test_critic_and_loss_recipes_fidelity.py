@@ -138,7 +138,7 @@ def test_unclipped_value_loss_is_the_squared_error():
 def test_clip_higher_policy_loss(seed, agg, low, high):
     t = table(seed)
     cfg = PolicyLossConfig(clip_low=low, clip_high=high, dual_clip_c=3.0, loss_agg=agg, kl_coef=0.0, kl_estimator="k3",
-                           entropy_coef=0.0)  # fmt: skip
+                           entropy_coef=0.0, behaviour_weight_cap=None)  # fmt: skip
     lp = t64(t["logprobs"]).requires_grad_(True)
     got, _ = policy_loss(lp, t64(t["old_logprobs"]), t64(t["advantages"]), t64(t["mask"]), cfg)
     lp_ref = t64(t["logprobs"]).requires_grad_(True)

@@ -70,6 +70,9 @@ def _digest(result, logprob_decimals: int | None = None) -> tuple[str, str]:
     for s in result.samples:
         row = s.to_dict()
         del row["anchor_key"]  # added later (GiGPO anchor states), outside the pinned behaviour; tested on its own
+        # added later (the decoupled objective, policy versions): a rollout leaves them at their defaults, which
+        # the trainer fills in (tests/drmas_train/algorithm/test_decoupled_loss.py, run/test_policy_versions.py)
+        assert row.pop("rollout_logprobs") is None and row.pop("policy_version") == 0
         if logprob_decimals is not None:
             row["old_logprobs"] = [round(x, logprob_decimals) for x in row["old_logprobs"]]
         samples.append(row)
