@@ -1,6 +1,6 @@
 """A bounded buffer of prompt groups between generation and training: whole groups only, staleness-bounded per model.
 
-The building block of an asynchronous loop (docs/async.md; the loop itself is not built yet). Generation workers
+The building block of an asynchronous loop (docs/async.md; ``run.mode: async`` uses it). Generation workers
 :meth:`GroupBuffer.put` each episode as it completes (all of its samples: every agent's calls, whatever models
 made them); each model's trainer :meth:`GroupBuffer.get` s the prompt groups of its model that are ready.
 
