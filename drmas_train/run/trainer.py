@@ -580,6 +580,9 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: An
         _save(run, it + 1)
 
 
+#: groupings whose statistics pool the agents of a prompt group, so possibly of several models (algorithm/grouping.py)
+POOLED_GROUPINGS = ("prompt", "prompt_call")
+
 #: the asynchronous loop's bound on the batches generated for one step beyond its run-ahead; a model whose every
 #: group is still beyond its staleness bound after this many stops the run with an error naming it
 MAX_EXTRA_BATCHES = 8
@@ -616,6 +619,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
         RuntimeError: a model still without ``batch_size`` groups within its bound after
             :data:`MAX_EXTRA_BATCHES` more batches (its generation lags its trainer by more than η).
     """
+    from drmas_train.algorithm.advantages import DEFAULT_GROUPING
     from drmas_train.backends.base import SamplingParams
     from drmas_train.backends.factory import make_backend
     from drmas_train.collect.group_buffer import GroupBuffer
@@ -626,6 +630,13 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     cfg, r = run.cfg, run.cfg.rollout
     eta = cfg.run.max_staleness
     trained = list(run.updater.model_ids)
+    grouping = cfg.algorithm.grouping or DEFAULT_GROUPING.get(cfg.algorithm.estimator)
+    if eta > 0 and len(trained) > 1 and grouping in POOLED_GROUPINGS:
+        logger.warning("run.mode=async with %d trained models, run.max_staleness=%d and grouping %r, which pools the "
+                       "agents of several models in one statistic: a group whose models' parts are consumed at "
+                       "different steps (or dropped for one model only) gets statistics over the parts consumed "
+                       "together; per-agent groupings (prompt_agent: Dr. MAS) are not affected", len(trained), eta,
+                       grouping)  # fmt: skip
     gen = GenerationSide(run.pool, run.versions, lambda loaded: make_backend(
         loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every)  # fmt: skip
     # a group holds its slot until every model took or dropped its part: at most (η + 1) versions' batches per
