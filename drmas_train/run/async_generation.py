@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,7 +32,7 @@ from drmas_train.collect.group_buffer import GroupBuffer
 from drmas_train.model.assignment import ModelPool
 from drmas_train.run.policy_versions import PolicyVersions
 
-__all__ = ["GenerationSide", "put_episodes"]
+__all__ = ["GenerationSide", "put_episodes", "write_async_state", "read_async_state", "ASYNC_STATE_DIR"]
 
 
 class GenerationSide:
@@ -109,17 +111,37 @@ class GenerationSide:
             self.held[mid] = versions[mid]
         return sorted(pushed)
 
+    def lagging_weights(self, versions: PolicyVersions) -> dict[str, dict[str, torch.Tensor]]:
+        """``{model_id: state_dict}`` of each snapshot older than its trainer (a push schedule > 1), for a checkpoint;
+        snapshots equal to their trainer's weights are not returned (the checkpoint's model weights are theirs)."""
+        out: dict[str, dict[str, torch.Tensor]] = {}
+        for mid, v in self.held.items():
+            if v != versions[mid] and not any(
+                self._source.models[o].model is self._source.models[mid].model for o in out
+            ):
+                out[mid] = self._copies[id(self._source.models[mid].model)].state_dict()
+        return out
+
+    @torch.no_grad()
+    def restore(self, held: Mapping[str, int], weights: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+        """After a resume (the snapshots were copied from the resumed trainer weights): the versions the
+        checkpointed snapshots had, and the weights of those that lagged (:meth:`lagging_weights`)."""
+        for mid, state in weights.items():
+            self._copies[id(self._source.models[mid].model)].load_state_dict(state)
+        self.held.update({mid: int(v) for mid, v in held.items() if mid in self.held})
+
     def metrics(self) -> dict[str, float]:
         """``async/<model_id>/generation_version``: the version of each snapshot now."""
         return {f"async/{mid}/generation_version": float(v) for mid, v in self.held.items()}
 
 
 def put_episodes(
-    buffer: GroupBuffer, samples: list[Any], trajectories: list[Any], order: dict[str, int]
-) -> None:
+    buffer: GroupBuffer, samples: list[Any], trajectories: list[Any], order: dict[str, int], first: int
+) -> int:
     """Put one rollout's episodes into ``buffer``, in the rollout's order (task, then group member), each with all
-    of its samples; record each episode's put position in ``order`` (``traj_uid -> int``), which the trainer sorts a
-    step's samples by, so that a step's samples are in the order the synchronous loop has them.
+    of its samples; record each episode's put position (``first``, ``first + 1``, ...) in ``order``
+    (``traj_uid -> int``), which the trainer sorts a step's samples by, so that a step's samples are in the order
+    the synchronous loop has them. Returns the next position.
 
     Raises:
         BufferFull: the buffer has no free slot (never waits: one thread plays both sides).
@@ -127,6 +149,62 @@ def put_episodes(
     by_traj: dict[str, list[Any]] = {t.traj_uid: [] for t in trajectories}
     for s in samples:
         by_traj[s.traj_uid].append(s)
-    for t in trajectories:
-        order[t.traj_uid] = len(order)
+    for k, t in enumerate(trajectories):
+        order[t.traj_uid] = first + k
         buffer.put(t.uid, t.traj_uid, by_traj[t.traj_uid], timeout=0)
+    return first + len(trajectories)
+
+
+#: the folder of a checkpoint that holds the asynchronous loop's state (:func:`write_async_state`)
+ASYNC_STATE_DIR = "async"
+
+
+def write_async_state(folder: Path, snapshot: Mapping[str, Any]) -> None:
+    """The asynchronous loop's state at the end of a step into checkpoint ``folder``/``async/``: the group buffer's
+    samples (``buffer_samples.jsonl``, :func:`~drmas_train.collect.sample_io.save_samples`), its structure and the
+    loop's counters (``state.json``), and the generation side's lagging snapshots (``generation_weights.pt``, only
+    when some snapshot is older than its trainer).
+
+    Args:
+        snapshot: ``{"buffer": GroupBuffer.state_dict(), "generated": batches played, "order": {traj_uid: put
+            position} of the buffered episodes, "positions": the next put position, "plays": [model ids], "side": the GenerationSide, "versions":
+            PolicyVersions}``.
+    """
+    from drmas_train.collect.sample_io import save_samples
+
+    out = folder / ASYNC_STATE_DIR
+    out.mkdir()
+    buffer, flat, groups = snapshot["buffer"], [], {}
+    for uid, g in buffer["groups"].items():
+        index = {}
+        for mid, part in g["samples"].items():
+            index[mid] = list(range(len(flat), len(flat) + len(part)))
+            flat.extend(part)
+        groups[uid] = {**g, "samples": index}
+    save_samples(flat, out / "buffer_samples.jsonl")
+    side = snapshot["side"]
+    state = {"buffer": {**buffer, "groups": groups}, "generated": snapshot["generated"], "order": snapshot["order"],
+             "positions": snapshot["positions"],
+             "plays": sorted(snapshot["plays"]), "held": dict(side.held)}  # fmt: skip
+    (out / "state.json").write_text(json.dumps(state))
+    lagging = side.lagging_weights(snapshot["versions"])
+    if lagging:
+        torch.save(lagging, out / "generation_weights.pt")
+
+
+def read_async_state(folder: Path) -> dict[str, Any] | None:
+    """:func:`write_async_state`'s state of checkpoint ``folder``, the buffer's samples back in place
+    (``{"buffer", "generated", "order", "positions", "plays", "held", "weights"}``), or None for a checkpoint of a synchronous
+    run (no ``async/`` folder)."""
+    from drmas_train.collect.sample_io import load_samples
+
+    src = folder / ASYNC_STATE_DIR
+    if not src.is_dir():
+        return None
+    state = json.loads((src / "state.json").read_text())
+    flat = load_samples(src / "buffer_samples.jsonl")
+    for g in state["buffer"]["groups"].values():
+        g["samples"] = {mid: [flat[i] for i in index] for mid, index in g["samples"].items()}
+    weights = src / "generation_weights.pt"
+    state["weights"] = torch.load(weights, weights_only=True) if weights.is_file() else {}
+    return state

@@ -48,6 +48,7 @@ class RunState:
     elapsed_before: float = 0.0  # seconds the earlier processes of this run spent (from the checkpoint resumed)
     kl_control: Any = None  # the KL-in-reward coefficient's controller (algorithm.reward_kl_coef > 0), else None
     versions: Any = None  # PolicyVersions: each trained model's update count (drmas_train.run.policy_versions)
+    async_snapshot: Any = None  # run.mode async: the loop's state at the end of the last step, for checkpoints
     started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
 
     def elapsed(self) -> float:
@@ -426,8 +427,19 @@ def _save(run: RunState, iteration: int) -> Path:
     extra: dict[str, Any] = {"elapsed_s": run.elapsed(), "policy_versions": run.versions.state_dict()}
     if run.kl_control is not None:  # the adaptive KL coefficient moves with training
         extra["reward_kl_control"] = run.kl_control.state_dict()
-    return save_checkpoint(run.run_dir / "checkpoints", iteration, write_state=run.updater.write_state,
-                           sampler_state=run.sampler.state_dict(), config_yaml=to_yaml(run.cfg),
+    write_state, sampler_state = run.updater.write_state, run.sampler.state_dict()
+    if run.async_snapshot is not None:  # async: the buffer, the generation side and the sampler as the step left them
+        from drmas_train.run.async_generation import write_async_state
+
+        snapshot = run.async_snapshot
+        sampler_state = snapshot["sampler"]
+
+        def write_state(folder: Path) -> None:
+            run.updater.write_state(folder)
+            write_async_state(folder, snapshot)
+
+    return save_checkpoint(run.run_dir / "checkpoints", iteration, write_state=write_state,
+                           sampler_state=sampler_state, config_yaml=to_yaml(run.cfg),
                            extra=extra, keep=run.cfg.run.keep_checkpoints)  # fmt: skip
 
 
@@ -471,9 +483,6 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     from drmas_train.run.agent_health import HealthMonitor
     from drmas_train.run.metrics_log import plot_run
 
-    if resume and cfg.run.mode == "async":  # before anything loads
-        raise ConfigError("run.mode=async: --resume is not supported yet (the group buffer and the generation side's "
-                          "weights are not checkpointed); start a new run, or resume with run.mode=sync")  # fmt: skip
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
     guard.attach(run)
     health = HealthMonitor(run.pool.agent_model_ids, cfg.run.health_warn_ratio, cfg.algorithm.estimator,
@@ -625,7 +634,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     from drmas_train.collect.group_buffer import GroupBuffer
     from drmas_train.collect.rollout import rollout, save_samples
     from drmas_train.model.adapters import split_model_id
-    from drmas_train.run.async_generation import GenerationSide, put_episodes
+    from drmas_train.run.async_generation import GenerationSide, put_episodes, read_async_state
+    from drmas_train.run.checkpoint import latest_checkpoint
 
     cfg, r = run.cfg, run.cfg.rollout
     eta = cfg.run.max_staleness
@@ -646,15 +656,25 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
     order: dict[str, int] = {}  # traj_uid -> put position
     plays: set[str] = set()  # trained models with a sample in some generated episode
-    generated = 0
+    generated = run.start_iteration  # a fresh run: 0; resumed from a synchronous run's checkpoint: its iteration
+    positions = 0  # the next episode's put position
+    if run.start_iteration > 0:
+        state = read_async_state(latest_checkpoint(run.run_dir / "checkpoints"))
+        if state is not None:  # an asynchronous run's checkpoint: its buffer, counters and generation side
+            buffer.load_state_dict(state["buffer"])
+            generated, order, plays = int(state["generated"]), dict(state["order"]), set(state["plays"])
+            positions = int(state["positions"])
+            gen.restore(state["held"], state["weights"])
+        logger.info("run.mode=async resumed at iteration %d: %d batches played, %d groups buffered", run.start_iteration,
+                    generated, buffer.held_groups())  # fmt: skip
 
     def play() -> float:
-        nonlocal generated
+        nonlocal generated, positions
         tasks = [run.tasks[i] for i in run.sampler.next_batch()]
         result = rollout(run.env_fn, tasks, r.group_size, gen.pool, sampling, seed=_iteration_seed(cfg, generated),
                          max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
         gen.stamp(result.samples)
-        put_episodes(buffer, result.samples, result.trajectories, order)
+        positions = put_episodes(buffer, result.samples, result.trajectories, order, positions)
         plays.update(s.model_id for s in result.samples if s.model_id in gen.held)
         generated += 1
         return result.timing.get("generate", 0.0)
@@ -698,6 +718,11 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
             metrics[f"async/{mid}/dropped_groups"] = float(counts[mid].dropped_groups)
             metrics[f"async/{mid}/dropped_samples"] = float(counts[mid].dropped_samples)
         metrics.update(gen.metrics())
+        held = buffer.state_dict()
+        buffered = {s.traj_uid for g in held["groups"].values() for part in g["samples"].values() for s in part}
+        run.async_snapshot = {"buffer": held, "generated": generated, "plays": set(plays), "side": gen,
+                              "order": {t: order[t] for t in buffered}, "positions": positions, "versions": run.versions,
+                              "sampler": run.sampler.state_dict()}  # fmt: skip
         _end_iteration(run, it, metrics, health, t0, t1, generate_s)
         it += 1
         bar.update(1)

@@ -153,11 +153,35 @@ def test_what_async_mode_refuses_names_the_key(tmp_path, overrides, message):
         validate_config(tiny_config(tmp_path / "run", *overrides))
 
 
-def test_async_resume_is_refused_before_anything_loads(tmp_path):
-    cfg = tiny_config(tmp_path / "run", "run.mode=async", "run.iterations=1")
-    with pytest.raises(ConfigError, match=r"run.mode=async: --resume is not supported yet"):
-        train(cfg, loader=tiny_loader, resume=True)
-    assert not (tmp_path / "run" / "checkpoints").exists()
+def test_async_resume_continues_exactly(tmp_path, monkeypatch):
+    """Two models, η = 1, m2's weights pushed every 2nd update (so at the checkpoint its generation-side snapshot
+    lags its trainer and the buffer holds a batch generated ahead): 5 steps straight, and 3 steps then --resume to
+    5, give the same metrics rows (timings aside) and the same weights, bit for bit. The checkpoint holds the
+    buffer's samples, the loop's counters and the lagging snapshot."""
+    monkeypatch.setattr(trainer_module, "_train_async", functools.partial(trainer_module._train_async,
+                                                                          push_every={"m2": 2}))  # fmt: skip
+    common = (
+        *TWO_MODELS,
+        "run.mode=async",
+        "run.max_staleness=1",
+        "run.save_every=1",
+        "run.keep_checkpoints=4",
+    )
+    train(tiny_config(tmp_path / "straight", *common, "run.iterations=5"), loader=tiny_loader)
+    resumed = tmp_path / "resumed"
+    train(tiny_config(resumed, *common, "run.iterations=3"), loader=tiny_loader)
+    saved = resumed / "checkpoints" / "iter_000003" / "async"
+    assert (saved / "generation_weights.pt").is_file()  # m2's snapshot at version 2, its trainer at 3
+    assert len(load_samples(saved / "buffer_samples.jsonl")) == 2 * 8 * 2  # batch 4: 2 groups x G x 2 calls
+    train(tiny_config(resumed, *common, "run.iterations=5"), loader=tiny_loader, resume=True)
+    a, b = read_metrics(tmp_path / "straight" / "metrics.jsonl"), read_metrics(resumed / "metrics.jsonl")
+    assert [r["iteration"] for r in b] == [1, 2, 3, 4, 5]
+    for x, y in zip(a, b, strict=True):
+        assert {k: v for k, v in x.items() if not k.startswith("perf/")} == {
+            k: v for k, v in y.items() if not k.startswith("perf/")
+        }
+    wa, wb = _weights(tmp_path / "straight", 5), _weights(resumed, 5)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_stale_samples_reach_the_decoupled_objective(tmp_path, caplog):
