@@ -607,7 +607,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     bound is ``run.max_staleness`` (η) for every trained model. Before trainer step t (0-based; every trained
     model's version is t when each updates every step) the generation side has played every batch k <= t + η:
     it runs η batches ahead, as far as the bound lets samples be used (AReaL's rule, Fu et al. 2025,
-    arXiv 2505.24298, ``max_head_offpolicyness``), so batch k is generated with the weights of version k - η.
+    arXiv 2505.24298, ``max_head_offpolicyness``), so batch k is generated with the weights of version
+    max(0, k - η).
     Step t then takes ``rollout.batch_size`` whole groups per model (its own part of each: its agents' samples),
     oldest first; complete groups beyond the bound are dropped and counted by the buffer; a model that still lacks
     groups gets more batches played with the current weights (at most :data:`MAX_EXTRA_BATCHES`). The step's
@@ -623,6 +624,9 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     Metrics per step, besides the synchronous loop's: ``async/generated_batches`` (this step),
     ``async/buffer_groups`` (groups held after the step took its own), per trained model
     ``async/<m>/dropped_groups`` and ``dropped_samples`` (cumulative), ``async/<m>/generation_version``.
+
+    Checkpoints carry the loop's state at the end of the step (``run.async_snapshot``,
+    :func:`~drmas_train.run.async_generation.write_async_state`); ``--resume`` restores it and continues exactly.
 
     Raises:
         RuntimeError: a model still without ``batch_size`` groups within its bound after
