@@ -1,6 +1,6 @@
 """A bounded buffer of prompt groups between generation and training: whole groups only, staleness-bounded per model.
 
-The building block of an asynchronous loop (docs/async.md; the loop itself is not built yet). Generation workers
+The building block of an asynchronous loop (docs/async.md; ``run.mode: async`` uses it). Generation workers
 :meth:`GroupBuffer.put` each episode as it completes (all of its samples: every agent's calls, whatever models
 made them); each model's trainer :meth:`GroupBuffer.get` s the prompt groups of its model that are ready.
 
@@ -36,6 +36,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from drmas_train.collect.samples import Sample
 
@@ -222,6 +223,55 @@ class GroupBuffer:
         """Groups holding a slot now (open, or complete and not yet taken by every model)."""
         with self._cond:
             return len(self._groups)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the buffer holds, for a checkpoint: plain containers, except each held group's samples (the
+        :class:`Sample` objects themselves; the caller stores them, e.g. with
+        :func:`~drmas_train.collect.sample_io.save_samples`). :meth:`load_state_dict` restores it."""
+        with self._cond:
+            return {
+                "group_size": self.group_size,
+                "groups": {
+                    uid: {
+                        "episodes": sorted(g.episodes),
+                        "samples": {m: list(part) for m, part in g.samples.items()},
+                        "pending": sorted(g.pending),
+                    }
+                    for uid, g in self._groups.items()
+                },
+                "ready": {m: list(r) for m, r in self._ready.items()},
+                "closed_uids": sorted(self._closed_uids),
+                "counts": {m: dict(vars(c)) for m, c in self._counts.items()},
+                "versions": dict(self._versions),
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` into this (empty) buffer; models of the state that this buffer does not train
+        are left out, models this buffer trains that the state lacks start empty.
+
+        Raises:
+            ValueError: a state of another ``group_size``, or a buffer that already holds something.
+        """
+        with self._cond:
+            if state["group_size"] != self.group_size:
+                raise ValueError(
+                    f"a group buffer state of group_size {state['group_size']} loaded into one of {self.group_size}"
+                )
+            if self._groups or self._closed_uids:
+                raise ValueError("load_state_dict needs an empty group buffer")
+            for uid, g in state["groups"].items():
+                samples = {m: list(p) for m, p in g["samples"].items() if m in self.max_staleness}
+                self._groups[uid] = _Group(
+                    set(g["episodes"]), samples, {m for m in g["pending"] if m in samples}
+                )
+            for m, uids in state["ready"].items():
+                if m in self._ready:
+                    self._ready[m] = OrderedDict.fromkeys(uids)
+            self._closed_uids = set(state["closed_uids"])
+            for m, c in state["counts"].items():
+                if m in self._counts:
+                    self._counts[m] = ModelCounts(**c)
+            self._versions.update({m: v for m, v in state["versions"].items() if m in self._versions})
 
     def close(self) -> None:
         """Wake every waiting put and get with :class:`BufferClosed`; later calls of put and get raise it too."""

@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from drmas_train.algorithm.advantages import needs_greedy_baseline
 from drmas_train.algorithm.config import AlgorithmConfig, CriticConfig, OptimConfig
 from drmas_train.backends.base import LOCAL_BACKENDS
 from drmas_train.collect.config import RolloutConfig
@@ -35,6 +36,9 @@ from drmas_train.eval.config import ValidationConfig
 from drmas_train.model.adapters import split_model_id
 from drmas_train.model.assignment import agent_mismatch
 from drmas_train.model.config import LoraConfig, ModelConfig
+
+#: ``run.mode``: the synchronous loop (default) or the asynchronous one (docs/async.md).
+RUN_MODES = ("sync", "async")
 
 __all__ = [
     "ConfigError",  # drmas_train.errors.ConfigError, re-exported
@@ -107,6 +111,13 @@ class RunConfig:
     health_warn_ratio: float = 4.0
     """warn when one agent's advantage second moment, or its gradient share per loss share, reaches this many
     times the median of the other agents' (:mod:`drmas_train.run.agent_health`; docs/agent-health.md); 0 = never."""
+    mode: str = "sync"
+    """``sync`` (each iteration generates with the current weights, then updates every model on those samples) or
+    ``async`` (a generation side with its own copy of the weights runs up to ``max_staleness`` batches ahead of the
+    trainers, through a buffer of whole prompt groups; single-process path only: docs/async.md)."""
+    max_staleness: int = 0
+    """``run.mode: async``: η, the most versions a consumed sample may lag its model's trainer (the same bound for
+    every trained model); complete groups beyond it are dropped and counted. 0 = on-policy (async equals sync)."""
 
 
 @dataclass
@@ -260,6 +271,7 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     cfg.distributed.validate(list(cfg.models))
     require(cfg.run.num_threads >= 0, f"run.num_threads must be >= 0 (0 = all available cores), got {cfg.run.num_threads}")
     require(cfg.run.iterations >= 1, f"run.iterations must be >= 1, got {cfg.run.iterations}")
+    _validate_run_mode(cfg)
     require(cfg.run.health_warn_ratio == 0 or cfg.run.health_warn_ratio > 1,
             f"run.health_warn_ratio must be 0 (never warn) or > 1, got {cfg.run.health_warn_ratio}")  # fmt: skip
     require(bool(cfg.models), "no models: define at least one under 'models:' (e.g. models.shared.name_or_path=...)")
@@ -293,6 +305,27 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
         extra, missing = agent_mismatch(cfg.agents, env_agents)
         require(not missing, f"env {cfg.env.id!r} agent(s) {missing} have no model; add agents.<agent>=<model key>")
         require(not extra, f"agents {extra} are not agents of env {cfg.env.id!r}; its agents: {list(env_agents)}")
+
+
+def _validate_run_mode(cfg: TrainConfig) -> None:
+    """``run.mode`` and ``run.max_staleness``, and what ``run.mode: async`` does not support yet (docs/async.md)."""
+    mode = cfg.run.mode
+    require(mode in RUN_MODES, f"run.mode={mode!r}; accepted: {', '.join(RUN_MODES)}")
+    eta = cfg.run.max_staleness
+    require(not isinstance(eta, bool) and isinstance(eta, int) and eta >= 0,
+            f"run.max_staleness must be an int >= 0 (versions a consumed sample may lag), got {eta!r}")  # fmt: skip
+    if mode != "async":
+        return
+    require(not cfg.distributed.enabled, "run.mode=async with distributed.enabled=true: the asynchronous loop runs on "
+            "the single-process path only for now; use distributed.enabled=false or run.mode=sync")  # fmt: skip
+    require(not cfg.rollout.filter_groups, "run.mode=async with rollout.filter_groups: DAPO's dynamic sampling draws "
+            "more batches inside one iteration, which the asynchronous loop does not do yet; use run.mode=sync")  # fmt: skip
+    require(not needs_greedy_baseline(cfg.algorithm.estimator), f"run.mode=async with algorithm.estimator="
+            f"{cfg.algorithm.estimator!r}: its greedy baseline is generated with the trainer's weights, per batch, "
+            "which the asynchronous loop does not do yet; use run.mode=sync")  # fmt: skip
+    for key, m in cfg.models.items():
+        require(m.backend == "hf", f"models.{key}.backend={m.backend!r} with run.mode=async; accepted: hf (the "
+                "generation side holds its own in-process copy of the weights)")  # fmt: skip
 
 
 def _validate_distributed_run(cfg: TrainConfig) -> None:

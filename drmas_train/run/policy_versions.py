@@ -10,7 +10,7 @@ Each :class:`~drmas_train.collect.samples.Sample` carries the version of the mod
 (``policy_version``). A sample's *staleness* when an update consumes it is ``trainer version - sample version``:
 how many updates its model received between generating it and training on it. The synchronous loop generates an
 iteration's samples with the weights its update starts from, so every staleness is 0 there; an asynchronous loop
-(not built yet, docs/async.md) is where it becomes positive and is bounded per model
+(``run.mode: async``, docs/async.md) is where it becomes positive and is bounded per model
 (:mod:`drmas_train.collect.group_buffer`).
 
 The counters are saved in every checkpoint (``trainer_state.pt``'s ``extra["policy_versions"]``) and restored on

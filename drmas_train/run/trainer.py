@@ -2,7 +2,9 @@
 
 :func:`train` only orchestrates; each step is one call into the module named after it (``rollout``,
 ``advantages``, ``update``, ``metrics_log``, ``checkpoint``). :func:`build_run` does all the setup, validating the
-config against the env *before* any model is loaded.
+config against the env *before* any model is loaded. ``run.mode: sync`` (default) runs :func:`_train_sync`;
+``run.mode: async`` runs :func:`_train_async` (docs/async.md), which shares its learning and bookkeeping steps
+(:func:`_learn`, :func:`_end_iteration`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 
 from drmas_train.run.config import ConfigError, TrainConfig, to_yaml, validate_config
+from drmas_train.run.metrics_log import batch_metrics
 from drmas_train.run.policy_versions import PolicyVersions, staleness_metrics
 
 __all__ = ["RunState", "build_run", "train", "compute_advantages", "model_specs"]
@@ -45,6 +48,7 @@ class RunState:
     elapsed_before: float = 0.0  # seconds the earlier processes of this run spent (from the checkpoint resumed)
     kl_control: Any = None  # the KL-in-reward coefficient's controller (algorithm.reward_kl_coef > 0), else None
     versions: Any = None  # PolicyVersions: each trained model's update count (drmas_train.run.policy_versions)
+    async_snapshot: Any = None  # run.mode async: the loop's state at the end of the last step, for checkpoints
     started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
 
     def elapsed(self) -> float:
@@ -423,8 +427,19 @@ def _save(run: RunState, iteration: int) -> Path:
     extra: dict[str, Any] = {"elapsed_s": run.elapsed(), "policy_versions": run.versions.state_dict()}
     if run.kl_control is not None:  # the adaptive KL coefficient moves with training
         extra["reward_kl_control"] = run.kl_control.state_dict()
-    return save_checkpoint(run.run_dir / "checkpoints", iteration, write_state=run.updater.write_state,
-                           sampler_state=run.sampler.state_dict(), config_yaml=to_yaml(run.cfg),
+    write_state, sampler_state = run.updater.write_state, run.sampler.state_dict()
+    if run.async_snapshot is not None:  # async: the buffer, the generation side and the sampler as the step left them
+        from drmas_train.run.async_generation import write_async_state
+
+        snapshot = run.async_snapshot
+        sampler_state = snapshot["sampler"]
+
+        def write_state(folder: Path) -> None:
+            run.updater.write_state(folder)
+            write_async_state(folder, snapshot)
+
+    return save_checkpoint(run.run_dir / "checkpoints", iteration, write_state=write_state,
+                           sampler_state=sampler_state, config_yaml=to_yaml(run.cfg),
                            extra=extra, keep=run.cfg.run.keep_checkpoints)  # fmt: skip
 
 
@@ -465,10 +480,8 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     """:func:`train`'s loop; ``guard`` (:class:`~drmas_train.run.interrupt.SigintGuard`) holds SIGINT during updates."""
     from tqdm.auto import tqdm
 
-    from drmas_train.collect.rollout import save_samples
-    from drmas_train.distributed.errors import DistributedError
     from drmas_train.run.agent_health import HealthMonitor
-    from drmas_train.run.metrics_log import batch_metrics, plot_run
+    from drmas_train.run.metrics_log import plot_run
 
     run = build_run(cfg, resume=resume, loader=loader, overwrite=overwrite)
     guard.attach(run)
@@ -479,9 +492,27 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         first = _validate(run, 0)  # the initial weights, as the reference's val_before_train
         run.logger.log(0, first)
         logger.info("%s", _validation_line(0, first))
+    (_train_async if cfg.run.mode == "async" else _train_sync)(run, guard, health, bar)
+    bar.close()
+    run.logger.close()
+    plot = None
+    if cfg.run.plot and run.logger.path.is_file():
+        plot = plot_run(run.logger.path, run.run_dir / "training_curves.png", title=plot_title(cfg))
+    summary = run_summary(run, plot=plot)
+    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def _train_sync(run: RunState, guard: Any, health: Any, bar: Any) -> None:
+    """The synchronous loop (``run.mode: sync``): each iteration generates with the current weights, then updates
+    every trained model on those samples (the reference's loop)."""
+    from drmas_train.collect.rollout import save_samples
+    from drmas_train.distributed.errors import DistributedError
+
+    cfg = run.cfg
     it = run.start_iteration
     while it < cfg.run.iterations:
-        seed = cfg.seed * 1_000_003 + it  # per-iteration seed: a resumed run replays the same draws
+        seed = _iteration_seed(cfg, it)  # per-iteration seed: a resumed run replays the same draws
         t0 = time.perf_counter()
         run.updater.start_iteration(it + 1)
         tasks, result, collected = _collect(run, seed)  # one batch, or DAPO's dynamic sampling
@@ -495,48 +526,211 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
         if greedy is not None:
             metrics["rollout/greedy_score_mean"] = float(np.mean([t.score for t in greedy.trajectories]))
         try:
-            padded = padded_batch(run, result.samples, seed)  # the reference's duplicates: in the statistics and the gradient
-            samples, adv, shaped = _advantages(run, padded, greedy, seed)  # (B',) or (B', T), B' = B + padding; critics updated
-            n = len(result.samples)
-            metrics.update({**batch_metrics(samples[:n], adv[:n]), **shaped})
-            metrics["rollout/padding_samples"] = float(len(samples) - n)
-            if it >= cfg.critic.warmup_iterations or not run.updater.critic_keys:
-                metrics.update(staleness_metrics(samples, run.versions))  # versions of the update's start: π_prox
-                metrics.update(_update_models(run, samples, adv, seed))
-                run.versions.advance({s.model_id for s in samples} & set(run.updater.model_ids))
-            else:  # the critic's warm-up: the policy waits
-                run.updater.resume_generation()
-            metrics.update(run.versions.metrics())
+            _learn(run, it, result.samples, greedy, seed, metrics)
         except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
             it = _rewind(run, err)
             logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)
             bar.n = it
             guard.release(it)
             continue
-        metrics.update(health.check(it + 1, metrics)[0])  # per-agent runaway signals; warns when one crosses
-        t2 = time.perf_counter()
-        if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
-            metrics.update(_validate(run, it + 1))
-        t3 = time.perf_counter()
-        metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
-                        "perf/generate_s": result.timing.get("generate", 0.0), "perf/iteration_s": t3 - t0})  # fmt: skip
-        run.logger.log(it + 1, metrics)
-        logger.info("%s", _summary_line(it + 1, metrics))
-        if any(k.startswith("val/avg@") for k in metrics):
-            logger.info("%s", _validation_line(it + 1, metrics))
-        if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
-            _save(run, it + 1)
+        _end_iteration(run, it, metrics, health, t0, t1, result.timing.get("generate", 0.0))
         it += 1
         bar.update(1)
         guard.release(it)  # iteration complete; a Ctrl-C received meanwhile raises here
-    bar.close()
-    run.logger.close()
-    plot = None
-    if cfg.run.plot and run.logger.path.is_file():
-        plot = plot_run(run.logger.path, run.run_dir / "training_curves.png", title=plot_title(cfg))
-    summary = run_summary(run, plot=plot)
-    (run.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return summary
+
+
+def _iteration_seed(cfg: TrainConfig, it: int) -> int:
+    """The seed of iteration ``it`` (0-based): its rollout's (in async mode, the ``it``-th generated batch's), its
+    padding's and its update's."""
+    return cfg.seed * 1_000_003 + it
+
+
+def _learn(run: RunState, it: int, consumed: list[Any], greedy: Any, seed: int, metrics: dict[str, float]) -> None:
+    """One iteration's learning on the samples it consumes: the reference's padding, the reward terms and
+    advantages (critics updated), then one PPO update per trained model (after the critic's warm-up) and its
+    version advanced. Adds the metrics to ``metrics``; shared by the synchronous and asynchronous loops.
+
+    Raises:
+        DistributedError: a training rank died (the Ray updater).
+    """
+    cfg = run.cfg
+    padded = padded_batch(run, consumed, seed)  # the reference's duplicates: in the statistics and the gradient
+    samples, adv, shaped = _advantages(run, padded, greedy, seed)  # (B',) or (B', T), B' = B + padding; critics updated
+    n = len(consumed)
+    metrics.update({**batch_metrics(samples[:n], adv[:n]), **shaped})
+    metrics["rollout/padding_samples"] = float(len(samples) - n)
+    if it >= cfg.critic.warmup_iterations or not run.updater.critic_keys:
+        metrics.update(staleness_metrics(samples, run.versions))  # versions of the update's start: π_prox
+        metrics.update(_update_models(run, samples, adv, seed))
+        run.versions.advance({s.model_id for s in samples} & set(run.updater.model_ids))
+    else:  # the critic's warm-up: the policy waits
+        run.updater.resume_generation()
+    metrics.update(run.versions.metrics())
+
+
+def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: Any, t0: float, t1: float,
+                   generate_s: float) -> None:  # fmt: skip
+    """The end of iteration ``it`` (0-based), after its update: agent-health signals, validation when due, timings
+    (``t0``: the iteration's start, ``t1``: its samples ready), the metrics row and summary line, the checkpoint
+    when due."""
+    cfg = run.cfg
+    metrics.update(health.check(it + 1, metrics)[0])  # per-agent runaway signals; warns when one crosses
+    t2 = time.perf_counter()
+    if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
+        metrics.update(_validate(run, it + 1))
+    t3 = time.perf_counter()
+    metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
+                    "perf/generate_s": generate_s, "perf/iteration_s": t3 - t0})  # fmt: skip
+    run.logger.log(it + 1, metrics)
+    logger.info("%s", _summary_line(it + 1, metrics))
+    if any(k.startswith("val/avg@") for k in metrics):
+        logger.info("%s", _validation_line(it + 1, metrics))
+    if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
+        _save(run, it + 1)
+
+
+#: groupings whose statistics pool the agents of a prompt group, so possibly of several models (algorithm/grouping.py)
+POOLED_GROUPINGS = ("prompt", "prompt_call")
+
+#: the asynchronous loop's bound on the batches generated for one step beyond its run-ahead; a model whose every
+#: group is still beyond its staleness bound after this many stops the run with an error naming it
+MAX_EXTRA_BATCHES = 8
+
+
+def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every: dict[str, int] | None = None) -> None:
+    """The asynchronous loop (``run.mode: async``, docs/async.md), as one deterministic interleaved schedule.
+
+    A generation side (:class:`~drmas_train.run.async_generation.GenerationSide`) holds its own copy of every
+    trained model's weights and plays batches of ``rollout.batch_size`` tasks x ``group_size`` episodes with it
+    (batch k: the sampler's k-th draw, seed :func:`_iteration_seed` (k)), stamping every sample with the version of
+    the copy, and puts each finished episode into a :class:`~drmas_train.collect.group_buffer.GroupBuffer` whose
+    bound is ``run.max_staleness`` (η) for every trained model. Before trainer step t (0-based; every trained
+    model's version is t when each updates every step) the generation side has played every batch k <= t + η:
+    it runs η batches ahead, as far as the bound lets samples be used (AReaL's rule, Fu et al. 2025,
+    arXiv 2505.24298, ``max_head_offpolicyness``), so batch k is generated with the weights of version
+    max(0, k - η).
+    Step t then takes ``rollout.batch_size`` whole groups per model (its own part of each: its agents' samples),
+    oldest first; complete groups beyond the bound are dropped and counted by the buffer; a model that still lacks
+    groups gets more batches played with the current weights (at most :data:`MAX_EXTRA_BATCHES`). The step's
+    samples, in the synchronous loop's order, go through :func:`_learn` (the same advantages, update and
+    versions), and the trainer publishes the new weights to the generation side (``push_every``: the per-model
+    push schedule, every update by default; a test's way of making one model's generation lag).
+
+    With η = 0 every step consumes exactly the batch generated with its own weights: the synchronous loop, bit for
+    bit. With η > 0 step t may consume samples up to η versions old, corrected by the decoupled objective when
+    ``algorithm.behaviour_weight_cap`` is set. Generation and training do not overlap in time here (one thread):
+    the schedule reproduces what an overlapping pipeline consumes, deterministically, not its wall-clock gain.
+
+    Metrics per step, besides the synchronous loop's: ``async/generated_batches`` (this step),
+    ``async/buffer_groups`` (groups held after the step took its own), per trained model
+    ``async/<m>/dropped_groups`` and ``dropped_samples`` (cumulative), ``async/<m>/generation_version``.
+
+    Checkpoints carry the loop's state at the end of the step (``run.async_snapshot``,
+    :func:`~drmas_train.run.async_generation.write_async_state`); ``--resume`` restores it and continues exactly.
+
+    Raises:
+        RuntimeError: a model still without ``batch_size`` groups within its bound after
+            :data:`MAX_EXTRA_BATCHES` more batches (its generation lags its trainer by more than η).
+    """
+    from drmas_train.algorithm.advantages import DEFAULT_GROUPING
+    from drmas_train.backends.base import SamplingParams
+    from drmas_train.backends.factory import make_backend
+    from drmas_train.collect.group_buffer import GroupBuffer
+    from drmas_train.collect.rollout import rollout, save_samples
+    from drmas_train.model.adapters import split_model_id
+    from drmas_train.run.async_generation import GenerationSide, put_episodes, read_async_state
+    from drmas_train.run.checkpoint import latest_checkpoint
+
+    cfg, r = run.cfg, run.cfg.rollout
+    eta = cfg.run.max_staleness
+    trained = list(run.updater.model_ids)
+    grouping = cfg.algorithm.grouping or DEFAULT_GROUPING.get(cfg.algorithm.estimator)
+    if eta > 0 and len(trained) > 1 and grouping in POOLED_GROUPINGS:
+        logger.warning("run.mode=async with %d trained models, run.max_staleness=%d and grouping %r, which pools the "
+                       "agents of several models in one statistic: a group whose models' parts are consumed at "
+                       "different steps (or dropped for one model only) gets statistics over the parts consumed "
+                       "together; per-agent groupings (prompt_agent: Dr. MAS) are not affected", len(trained), eta,
+                       grouping)  # fmt: skip
+    gen = GenerationSide(run.pool, run.versions, lambda loaded: make_backend(
+        loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every)  # fmt: skip
+    # a group holds its slot until every model took or dropped its part: at most (η + 1) versions' batches per
+    # model are within the bound, each version with at most 1 + MAX_EXTRA_BATCHES batches
+    capacity = r.batch_size * (eta + 2) * (MAX_EXTRA_BATCHES + 1)
+    buffer = GroupBuffer(r.group_size, dict.fromkeys(trained, eta), capacity)
+    sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+    order: dict[str, int] = {}  # traj_uid -> put position
+    plays: set[str] = set()  # trained models with a sample in some generated episode
+    generated = run.start_iteration  # a fresh run: 0; resumed from a synchronous run's checkpoint: its iteration
+    positions = 0  # the next episode's put position
+    if run.start_iteration > 0:
+        state = read_async_state(latest_checkpoint(run.run_dir / "checkpoints"))
+        if state is not None:  # an asynchronous run's checkpoint: its buffer, counters and generation side
+            buffer.load_state_dict(state["buffer"])
+            generated, order, plays = int(state["generated"]), dict(state["order"]), set(state["plays"])
+            positions = int(state["positions"])
+            gen.restore(state["held"], state["weights"])
+        logger.info("run.mode=async resumed at iteration %d: %d batches played, %d groups buffered", run.start_iteration,
+                    generated, buffer.held_groups())  # fmt: skip
+
+    def play() -> float:
+        nonlocal generated, positions
+        tasks = [run.tasks[i] for i in run.sampler.next_batch()]
+        result = rollout(run.env_fn, tasks, r.group_size, gen.pool, sampling, seed=_iteration_seed(cfg, generated),
+                         max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
+        gen.stamp(result.samples)
+        positions = put_episodes(buffer, result.samples, result.trajectories, order, positions)
+        plays.update(s.model_id for s in result.samples if s.model_id in gen.held)
+        generated += 1
+        return result.timing.get("generate", 0.0)
+
+    it = run.start_iteration
+    while it < cfg.run.iterations:
+        seed = _iteration_seed(cfg, it)
+        t0 = time.perf_counter()
+        run.updater.start_iteration(it + 1)
+        before, generate_s = generated, 0.0
+        while generated <= it + eta:  # run ahead as far as the bound lets the samples be used
+            generate_s += play()
+        taken: dict[str, list[list[Any]]] = {}
+        for mid in trained:
+            for extra in range(MAX_EXTRA_BATCHES + 1):
+                if mid not in plays:
+                    break  # no agent of this model acted in any episode yet: not updated, as in sync
+                try:
+                    taken[mid] = buffer.get(mid, run.versions[mid], r.batch_size, timeout=0)
+                    break
+                except TimeoutError:
+                    if extra == MAX_EXTRA_BATCHES:
+                        raise RuntimeError(
+                            f"run.mode=async: model {mid!r} has fewer than {r.batch_size} complete groups within "
+                            f"run.max_staleness={eta} after {MAX_EXTRA_BATCHES} more batches: its generation lags its "
+                            f"trainer by more than max_staleness versions") from None  # fmt: skip
+                    generate_s += play()
+        consumed = sorted((s for groups in taken.values() for g in groups for s in g),
+                          key=lambda s: (order[s.traj_uid], s.turn))  # fmt: skip
+        guard.hold(f"iteration {it + 1}")
+        if cfg.run.save_samples:
+            save_samples(consumed, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
+        t1 = time.perf_counter()
+        metrics: dict[str, float] = {}
+        versions_before = run.versions.state_dict()
+        _learn(run, it, consumed, None, seed, metrics)
+        gen.publish(run.versions, {m for m in trained if run.versions[m] != versions_before[m]})
+        counts = buffer.counts()
+        metrics.update({"async/generated_batches": float(generated - before), "async/buffer_groups": float(buffer.held_groups())})
+        for mid in trained:
+            metrics[f"async/{mid}/dropped_groups"] = float(counts[mid].dropped_groups)
+            metrics[f"async/{mid}/dropped_samples"] = float(counts[mid].dropped_samples)
+        metrics.update(gen.metrics())
+        held = buffer.state_dict()
+        buffered = {s.traj_uid for g in held["groups"].values() for part in g["samples"].values() for s in part}
+        run.async_snapshot = {"buffer": held, "generated": generated, "plays": set(plays), "side": gen,
+                              "order": {t: order[t] for t in buffered}, "positions": positions, "versions": run.versions,
+                              "sampler": run.sampler.state_dict()}  # fmt: skip
+        _end_iteration(run, it, metrics, health, t0, t1, generate_s)
+        it += 1
+        bar.update(1)
+        guard.release(it)
 
 
 def plot_title(cfg: TrainConfig) -> str:

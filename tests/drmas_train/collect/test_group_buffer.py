@@ -286,3 +286,38 @@ def test_slow_generator_for_one_model_never_feeds_an_update_beyond_its_bound():
         assert c.dropped_groups > 0 and c.released_groups + c.dropped_groups == 24  # each group: one fate
         assert c.dropped_samples == 2 * c.dropped_groups  # whole groups (2 episodes x 1 call of the model)
     assert bounded["blocked"] > 0  # the capacity pushed back on the generators
+
+
+def test_state_round_trip_continues_as_the_original():
+    """A buffer with a complete group half taken (r took its part, m not), a complete one untaken and an open one,
+    saved and loaded into a fresh buffer, then driven the same way as the original: the same groups, drops, counts
+    and duplicate check."""
+
+    def fill() -> GroupBuffer:
+        buf = GroupBuffer(2, {"m": 1, "r": None}, capacity=4)
+        for uid, v in (("old", 0), ("u", 2)):
+            for g in range(2):
+                buf.put(
+                    uid,
+                    f"{uid}/{g}",
+                    [_s(uid, f"{uid}/{g}", "m", v), _s(uid, f"{uid}/{g}", "r", v, agent="b")],
+                )
+        buf.put("open", "open/0", [_s("open", "open/0", "m", 2)])
+        assert len(buf.try_get("r", 2, 1)) == 1  # r takes "old"
+        return buf
+
+    original, restored = fill(), GroupBuffer(2, {"m": 1, "r": None}, capacity=4)
+    restored.load_state_dict(original.state_dict())
+    assert restored.held_groups() == original.held_groups() == 3
+    for buf in (original, restored):
+        buf.put("open", "open/1", [_s("open", "open/1", "m", 2)])
+    assert restored.try_get("m", 2, 5) == original.try_get(
+        "m", 2, 5
+    )  # "old" dropped (2 behind), "u", "open" taken
+    assert vars(restored.counts()["m"]) == vars(original.counts()["m"]) == {
+        "released_groups": 2, "released_samples": 4, "dropped_groups": 1, "dropped_samples": 2,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="episode 'open/1' is one too many|already had its 2 episodes"):
+        restored.put("open", "open/1", [])
+    with pytest.raises(ValueError, match="needs an empty group buffer"):
+        restored.load_state_dict(original.state_dict())

@@ -1,0 +1,210 @@
+"""The generation side of the asynchronous loop (``run.mode: async``): its own copy of each trained model's
+weights, the version of each copy, episodes put into the group buffer, weight pushes from the trainer.
+
+In the synchronous loop the rollout engine samples from the very modules the trainer updates. In the asynchronous
+loop the generation side holds a **snapshot** of every trained model (a ``copy.deepcopy`` of its module, made once)
+and plays episodes with it, so that a batch may be generated with weights older than the trainer's. Each sample is
+stamped with the version of the snapshot that generated it (``Sample.policy_version``,
+:mod:`drmas_train.run.policy_versions`), and each finished episode is ``put`` into the
+:class:`~drmas_train.collect.group_buffer.GroupBuffer`, from which the trainers take whole prompt groups. When the
+trainer publishes a new version of a model, :meth:`GenerationSide.publish` copies its weights into the snapshot
+(``load_state_dict``: the "weight push"), on that model's own schedule (``push_every``: every update by default).
+
+Frozen models are not copied: their weights never change. LoRA adapters on one shared base share one snapshot of
+the base, as they share the trainer's module; a push of any of them pushes the module, so all of its adapters.
+
+The rollout itself is :func:`drmas_train.collect.rollout.rollout`, unchanged, over a
+:class:`~drmas_train.model.assignment.ModelPool` of the snapshots with backends built as the trainer's are.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from drmas_train.collect.group_buffer import GroupBuffer
+from drmas_train.model.assignment import ModelPool
+from drmas_train.run.policy_versions import PolicyVersions
+
+__all__ = ["GenerationSide", "put_episodes", "write_async_state", "read_async_state", "ASYNC_STATE_DIR"]
+
+
+class GenerationSide:
+    """Snapshots of the trained models' weights, their versions, and the pool that generates with them.
+
+    Args:
+        pool: the trainer's pool (its modules are copied once; its frozen models and tokenizers are shared).
+        versions: the trainer's versions now (the snapshots start at these).
+        make_backend: ``LoadedModel -> Backend``, as the trainer's pool was built (``models.<key>.backend``).
+        push_every: ``{model_id: k}``: push that model's weights after every k-th of its updates (default 1, every
+            update). A model pushed less often generates with older weights: its samples are staler.
+
+    Raises:
+        ValueError: a ``push_every`` of a model that is not trained, or one < 1.
+    """
+
+    def __init__(
+        self,
+        pool: ModelPool,
+        versions: PolicyVersions,
+        make_backend: Callable[[Any], Any],
+        *,
+        push_every: Mapping[str, int] | None = None,
+    ) -> None:
+        trained = set(versions.model_ids)
+        for mid, k in (push_every or {}).items():
+            if mid not in trained or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+                raise ValueError(
+                    f"push_every of {mid!r} must be an int >= 1 of a trained model ({sorted(trained)}), got {k!r}"
+                )
+        self.push_every = {mid: int((push_every or {}).get(mid, 1)) for mid in sorted(trained)}
+        self._source = pool
+        self._copies: dict[
+            int, Any
+        ] = {}  # id(trainer module) -> its snapshot (adapters of one base share theirs)
+        models = {}
+        for mid, loaded in pool.models.items():
+            if mid not in trained:
+                models[mid] = loaded  # frozen: never changes, never copied
+                continue
+            key = id(loaded.model)
+            if key not in self._copies:
+                # requires_grad kept as the trainer's: with the copy's parameters frozen, its generations' log-probs
+                # differed from the trainer module's by ~1e-8 (seen on CPU; another kernel path, presumably), and
+                # η = 0 is to be the synchronous run bit for bit
+                self._copies[key] = copy.deepcopy(loaded.model)
+            models[mid] = dataclasses.replace(loaded, model=self._copies[key])
+        self.pool = ModelPool(
+            models, {mid: make_backend(m) for mid, m in models.items()}, dict(pool.agent_model_ids)
+        )
+        self.held = {mid: versions[mid] for mid in sorted(trained)}  # the version of each model's snapshot
+
+    def stamp(self, samples: list[Any]) -> None:
+        """Each sample's ``policy_version`` := the version of the snapshot of its model (0 for frozen models)."""
+        for s in samples:
+            s.policy_version = self.held.get(s.model_id, 0)
+
+    @torch.no_grad()
+    def publish(self, versions: PolicyVersions, updated: set[str]) -> list[str]:
+        """The trainer updated ``updated`` (its versions are now ``versions``): push the weights of each updated
+        model whose schedule says so (``versions[m] % push_every[m] == 0``) into its snapshot.
+
+        Returns:
+            the model ids whose snapshots changed (every adapter of a pushed base), sorted.
+        """
+        due = {mid for mid in updated if mid in self.held and versions[mid] % self.push_every[mid] == 0}
+        pushed: set[str] = set()
+        modules: set[int] = set()
+        for mid in sorted(due):
+            module = self._source.models[mid].model
+            if id(module) not in modules:
+                modules.add(id(module))
+                self._copies[id(module)].load_state_dict(module.state_dict())
+                pushed |= {p for p in self.held if self._source.models[p].model is module}
+        for mid in pushed:
+            self.held[mid] = versions[mid]
+        return sorted(pushed)
+
+    def lagging_weights(self, versions: PolicyVersions) -> dict[str, dict[str, torch.Tensor]]:
+        """``{model_id: state_dict}`` of each snapshot older than its trainer (a push schedule > 1), for a checkpoint;
+        snapshots equal to their trainer's weights are not returned (the checkpoint's model weights are theirs)."""
+        out: dict[str, dict[str, torch.Tensor]] = {}
+        for mid, v in self.held.items():
+            if v != versions[mid] and not any(
+                self._source.models[o].model is self._source.models[mid].model for o in out
+            ):
+                out[mid] = self._copies[id(self._source.models[mid].model)].state_dict()
+        return out
+
+    @torch.no_grad()
+    def restore(self, held: Mapping[str, int], weights: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+        """After a resume (the snapshots were copied from the resumed trainer weights): the versions the
+        checkpointed snapshots had, and the weights of those that lagged (:meth:`lagging_weights`)."""
+        for mid, state in weights.items():
+            self._copies[id(self._source.models[mid].model)].load_state_dict(state)
+        self.held.update({mid: int(v) for mid, v in held.items() if mid in self.held})
+
+    def metrics(self) -> dict[str, float]:
+        """``async/<model_id>/generation_version``: the version of each snapshot now."""
+        return {f"async/{mid}/generation_version": float(v) for mid, v in self.held.items()}
+
+
+def put_episodes(
+    buffer: GroupBuffer, samples: list[Any], trajectories: list[Any], order: dict[str, int], first: int
+) -> int:
+    """Put one rollout's episodes into ``buffer``, in the rollout's order (task, then group member), each with all
+    of its samples; record each episode's put position (``first``, ``first + 1``, ...) in ``order``
+    (``traj_uid -> int``), which the trainer sorts a step's samples by, so that a step's samples are in the order
+    the synchronous loop has them. Returns the next position.
+
+    Raises:
+        BufferFull: the buffer has no free slot (never waits: one thread plays both sides).
+    """
+    by_traj: dict[str, list[Any]] = {t.traj_uid: [] for t in trajectories}
+    for s in samples:
+        by_traj[s.traj_uid].append(s)
+    for k, t in enumerate(trajectories):
+        order[t.traj_uid] = first + k
+        buffer.put(t.uid, t.traj_uid, by_traj[t.traj_uid], timeout=0)
+    return first + len(trajectories)
+
+
+#: the folder of a checkpoint that holds the asynchronous loop's state (:func:`write_async_state`)
+ASYNC_STATE_DIR = "async"
+
+
+def write_async_state(folder: Path, snapshot: Mapping[str, Any]) -> None:
+    """The asynchronous loop's state at the end of a step into checkpoint ``folder``/``async/``: the group buffer's
+    samples (``buffer_samples.jsonl``, :func:`~drmas_train.collect.sample_io.save_samples`), its structure and the
+    loop's counters (``state.json``), and the generation side's lagging snapshots (``generation_weights.pt``, only
+    when some snapshot is older than its trainer).
+
+    Args:
+        snapshot: ``{"buffer": GroupBuffer.state_dict(), "generated": batches played, "order": {traj_uid: put
+            position} of the buffered episodes, "positions": the next put position, "plays": [model ids], "side": the GenerationSide, "versions":
+            PolicyVersions}``.
+    """
+    from drmas_train.collect.sample_io import save_samples
+
+    out = folder / ASYNC_STATE_DIR
+    out.mkdir()
+    buffer, flat, groups = snapshot["buffer"], [], {}
+    for uid, g in buffer["groups"].items():
+        index = {}
+        for mid, part in g["samples"].items():
+            index[mid] = list(range(len(flat), len(flat) + len(part)))
+            flat.extend(part)
+        groups[uid] = {**g, "samples": index}
+    save_samples(flat, out / "buffer_samples.jsonl")
+    side = snapshot["side"]
+    state = {"buffer": {**buffer, "groups": groups}, "generated": snapshot["generated"], "order": snapshot["order"],
+             "positions": snapshot["positions"],
+             "plays": sorted(snapshot["plays"]), "held": dict(side.held)}  # fmt: skip
+    (out / "state.json").write_text(json.dumps(state))
+    lagging = side.lagging_weights(snapshot["versions"])
+    if lagging:
+        torch.save(lagging, out / "generation_weights.pt")
+
+
+def read_async_state(folder: Path) -> dict[str, Any] | None:
+    """:func:`write_async_state`'s state of checkpoint ``folder``, the buffer's samples back in place
+    (``{"buffer", "generated", "order", "positions", "plays", "held", "weights"}``), or None for a checkpoint of a synchronous
+    run (no ``async/`` folder)."""
+    from drmas_train.collect.sample_io import load_samples
+
+    src = folder / ASYNC_STATE_DIR
+    if not src.is_dir():
+        return None
+    state = json.loads((src / "state.json").read_text())
+    flat = load_samples(src / "buffer_samples.jsonl")
+    for g in state["buffer"]["groups"].values():
+        g["samples"] = {mid: [flat[i] for i in index] for mid, index in g["samples"].items()}
+    weights = src / "generation_weights.pt"
+    state["weights"] = torch.load(weights, weights_only=True) if weights.is_file() else {}
+    return state
