@@ -7,6 +7,7 @@ name an unknown keyword argument and what ``help()`` shows) is completed with th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -16,7 +17,8 @@ from drmas_envs.core.factories import complete_signature
 from drmas_envs.search.corpus import Passage
 from drmas_envs.search.parsing import MAX_ACTION_CHARS
 from drmas_envs.search.retrievers import Retriever
-from drmas_envs.search.sources import resolve_search_env
+from drmas_envs.search.sources import encyclopedia_config, resolve_search_env
+from drmas_envs.search.synthetic import generate_encyclopedia
 
 __all__ = ["SearchTextEnv", "check_ints"]
 
@@ -74,6 +76,24 @@ class SearchTextEnv(TextAECEnv):
         )
         super().__init__(task_source, format_penalty=format_penalty, render_mode=render_mode)
         self.topk, self.max_action_chars = topk, max_action_chars
+        #: the synthetic encyclopedia the tasks come from, None when they come from a file or a source
+        self.synthetic_config = encyclopedia_config(synthetic) if tasks is None else None
+
+    def generated_tasks(self, seed: int, size: int) -> TaskSource | None:
+        """``size`` tasks drawn the way the env's own tasks were, from another seed: held-out validation candidates.
+
+        With the synthetic encyclopedia: its questions from ``question_seed=seed`` about the same world (the
+        corpus and retriever are unchanged; some questions may repeat training ones, which the caller removes).
+        None when the tasks come from a file or a source (nothing to draw from).
+
+        Raises:
+            ValueError: ``size < 2`` or a seed that is not an int.
+        """
+        if self.synthetic_config is None:
+            return None
+        check_ints(size=(size, 2))
+        cfg = dataclasses.replace(self.synthetic_config, question_seed=seed, num_questions=size)
+        return generate_encyclopedia(cfg).tasks
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -4,7 +4,7 @@
 |--------------------|-------------------------------------------------------------------------------|
 | Agents             | `["verifier", "search", "answer"]` (roles "Verifier Agent", "Search Agent", "Answer Agent") |
 | Actions            | free text (`str`)                                                             |
-| Observations       | `{"prompt": str, "messages": ({"role": "system"}, {"role": "user"})}` per agent |
+| Observations       | `{"prompt": str, "messages": ({"role": "system"}, {"role": "user"})}` per agent (plus `worked_examples` turns) |
 | Default data       | synthetic encyclopedia (seeded, offline) + in-process BM25, top-3             |
 
 Three LLM agents answer a question with a search engine (Dr. MAS, arXiv 2602.08847, search setting). The
@@ -75,7 +75,10 @@ infos.
 before parsing), `prompts` (overrides of `ORCHESTRATOR_PROMPTS` keys), and the fidelity options
 `missing_verdict="yes"`, `last_step_no="end"`, `answer_without_tag="continue"`, `require_think=True`,
 `reject_cjk=True`, `information_format="reference"`, `termination="reference"`,
-`retrieval_failure="observation"`; `render_mode`. The drmas v0 rules are `missing_verdict="no",
+`retrieval_failure="observation"`; `worked_examples=None` (a drmas addition, no reference counterpart:
+`{agent: [{"user": str, "assistant": str}, ...]}`, shown to that agent as earlier chat turns between the system
+message and its real user message, so a small model can imitate the tag format; the protocol and rewards are
+unchanged); `render_mode`. The drmas v0 rules are `missing_verdict="no",
 last_step_no="answer", answer_without_tag="end", require_think=False, termination="answer_agent",
 retrieval_failure="raise"`.
 
@@ -113,8 +116,8 @@ from drmas_envs.search.qa_metrics import qa_scores
 from drmas_envs.search.retrievers import RetrieverUnavailableError, format_passages
 
 __all__ = [
-    "SearchOrchestratorEnv", "SearchRecord", "format_information", "format_search_error", "raw_env", "env",
-    "parallel_env",
+    "SearchOrchestratorEnv", "SearchRecord", "check_worked_examples", "format_information", "format_search_error",
+    "raw_env", "env", "parallel_env",
 ]
 
 log = logging.getLogger(__name__)
@@ -210,6 +213,46 @@ def _check_prompts(prompts: Mapping[str, str]) -> None:
             raise ValueError(f"prompt {key!r} uses unknown field(s) {bad}; allowed: {sorted(allowed)}")
 
 
+def check_worked_examples(
+    examples: Mapping[str, Sequence[Mapping[str, str]]] | None, agents: Sequence[str]
+) -> dict[str, tuple[tuple[str, str], ...]]:
+    """``agent -> ((user, assistant), ...)`` from the env option ``worked_examples``
+    (``{agent: [{"user": str, "assistant": str}, ...]}``; None = no examples, the reference).
+
+    Raises:
+        ValueError: an unknown agent, an example that is not a mapping with exactly the str keys ``user`` and
+            ``assistant``, or an empty text.
+    """
+    if examples is None:
+        return {}
+    if not isinstance(examples, Mapping):
+        raise ValueError(
+            f"worked_examples must map agent ids to lists of {{user, assistant}}, got {type(examples).__name__}"
+        )
+    out: dict[str, tuple[tuple[str, str], ...]] = {}
+    for agent, items in examples.items():
+        if agent not in agents:
+            raise ValueError(f"worked_examples: unknown agent {agent!r}; agents: {list(agents)}")
+        if isinstance(items, (str, Mapping)) or not isinstance(items, Sequence):
+            raise ValueError(
+                f"worked_examples[{agent!r}] must be a list of {{user, assistant}}, got {type(items).__name__}"
+            )
+        pairs = []
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping) or set(item) != {"user", "assistant"}:
+                keys = sorted(item) if isinstance(item, Mapping) else type(item).__name__
+                raise ValueError(
+                    f"worked_examples[{agent!r}][{i}] must have exactly the keys 'user' and 'assistant', got {keys}"
+                )
+            if not all(isinstance(item[k], str) and item[k] for k in ("user", "assistant")):
+                raise ValueError(
+                    f"worked_examples[{agent!r}][{i}]: 'user' and 'assistant' must be non-empty str"
+                )
+            pairs.append((item["user"], item["assistant"]))
+        out[agent] = tuple(pairs)
+    return out
+
+
 class SearchOrchestratorEnv(SearchTextEnv):
     """Verifier -> (Search | Answer) loop over a retriever; see the module docstring (the env card).
 
@@ -247,6 +290,7 @@ class SearchOrchestratorEnv(SearchTextEnv):
         information_format: str = "reference",
         termination: str = "reference",
         retrieval_failure: str = "observation",
+        worked_examples: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
         **shared: Any,
     ) -> None:
         """See the module docstring; ``shared``: the data arguments of :class:`~drmas_envs.search.base.SearchTextEnv`."""
@@ -259,12 +303,31 @@ class SearchOrchestratorEnv(SearchTextEnv):
         for name, value in (("require_think", require_think), ("reject_cjk", reject_cjk)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name} must be a bool, got {value!r}")
+        examples = check_worked_examples(worked_examples, self.possible_agents)
         super().__init__(tasks, format_penalty=format_penalty, **shared)
         _check_prompts(self.prompts)
+        self.worked_examples = examples
         self.max_steps, self.history_length = max_steps, history_length
         self.missing_verdict, self.last_step_no, self.answer_without_tag = missing_verdict, last_step_no, answer_without_tag
         self.require_think, self.reject_cjk, self.information_format = require_think, reject_cjk, information_format
         self.termination, self.retrieval_failure = termination, retrieval_failure
+
+    def observe(self, agent: str) -> dict[str, Any]:
+        """The chat context ``agent`` sees now (:meth:`TextAECEnv.observe`), with its ``worked_examples`` (if any)
+        as earlier (user, assistant) turns between the system message and the real user message; the flat
+        ``prompt`` holds them in the same order, joined by blank lines."""
+        obs = super().observe(agent)
+        shots = self.worked_examples.get(agent, ())
+        if not shots:
+            return obs
+        *head, user = obs["messages"]
+        turns: list[dict[str, str]] = []
+        for user_text, reply in shots:
+            turns += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
+        prompt = "\n\n".join(
+            [*(m["content"] for m in head), *(text for pair in shots for text in pair), user["content"]]
+        )
+        return {"prompt": prompt, "messages": (*head, *turns, user)}
 
     def role(self, agent: str) -> str:
         """Display role name (``"Search Agent"``) of an agent id."""

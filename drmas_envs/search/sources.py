@@ -8,6 +8,7 @@ per corpus hash), so building many env instances builds one index.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from drmas_envs.search.data import load_qa_file, load_qa_hf
 from drmas_envs.search.retrievers import Retriever, make_retriever
 from drmas_envs.search.synthetic import EncyclopediaConfig, generate_encyclopedia
 
-__all__ = ["resolve_data", "resolve_retriever", "resolve_search_env", "load_corpus"]
+__all__ = ["encyclopedia_config", "resolve_data", "resolve_retriever", "resolve_search_env", "load_corpus"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -49,6 +50,26 @@ def _corpus_file(path: str, mtime: float) -> tuple[Passage, ...]:
     return tuple(load_corpus_jsonl(path))
 
 
+def encyclopedia_config(synthetic: Mapping[str, Any] | EncyclopediaConfig | None) -> EncyclopediaConfig:
+    """The :class:`EncyclopediaConfig` of the env kwarg ``synthetic`` (a config, a dict of its fields, or None for
+    the defaults).
+
+    Raises:
+        TypeError: an unknown field (the message lists the accepted ones).
+        ValueError: a bad field value (:class:`EncyclopediaConfig`'s checks).
+    """
+    if isinstance(synthetic, EncyclopediaConfig):
+        return synthetic
+    fields = dict(synthetic or {})
+    if "hops" in fields:
+        fields["hops"] = tuple(fields["hops"])
+    try:
+        return EncyclopediaConfig(**fields)
+    except TypeError as e:
+        names = ", ".join(f.name for f in dataclasses.fields(EncyclopediaConfig))
+        raise TypeError(f"synthetic={synthetic!r}: {e}; fields: {names}") from e
+
+
 def resolve_data(
     tasks: TaskSource | str | Path | None,
     corpus: Sequence[Passage] | str | Path | None,
@@ -72,18 +93,7 @@ def resolve_data(
     """
     passages: Sequence[Passage] | None = None
     if tasks is None:
-        if isinstance(synthetic, EncyclopediaConfig):
-            cfg = synthetic
-        else:
-            fields = dict(synthetic or {})
-            if "hops" in fields:
-                fields["hops"] = tuple(fields["hops"])
-            try:
-                cfg = EncyclopediaConfig(**fields)
-            except TypeError as e:
-                raise TypeError(f"synthetic={synthetic!r}: {e}; fields: seed, num_people, num_cities, num_companies, "
-                                "num_questions, hops, comparison_fraction, distractors, num_countries") from e
-        enc = generate_encyclopedia(cfg)
+        enc = generate_encyclopedia(encyclopedia_config(synthetic))
         task_source, passages = enc.tasks, enc.passages
     elif synthetic is not None:
         raise TypeError("synthetic=... configures the default synthetic encyclopedia; it cannot be combined with tasks=...")

@@ -54,6 +54,9 @@ class EncyclopediaConfig:
         comparison_fraction: share of comparison questions (the rest follow ``hops``).
         distractors: look-alike entities per family (0 = all names unrelated).
         num_countries: size of the country name pool.
+        question_seed: the questions derive from this seed (None = ``seed``); the world does not depend on it, so
+            another ``question_seed`` asks other questions about the same passages (held-out validation). Task ids
+            are ``synth-<seed>-<i>``, or ``synth-<seed>q<question_seed>-<i>`` when it is set.
     """
 
     seed: int = 0
@@ -65,6 +68,7 @@ class EncyclopediaConfig:
     comparison_fraction: float = 0.2
     distractors: int = 2
     num_countries: int = 12
+    question_seed: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_people", "num_cities", "num_companies", "num_questions", "num_countries"):
@@ -76,6 +80,9 @@ class EncyclopediaConfig:
             raise ValueError(f"comparison_fraction must be in [0, 1], got {self.comparison_fraction!r}")
         if not isinstance(self.distractors, int) or self.distractors < 0:
             raise ValueError(f"distractors must be an int >= 0, got {self.distractors!r}")
+        qs = self.question_seed
+        if qs is not None and (isinstance(qs, bool) or not isinstance(qs, int)):
+            raise ValueError(f"EncyclopediaConfig.question_seed must be an int or None, got {qs!r}")
         object.__setattr__(self, "hops", tuple(self.hops))
 
 
@@ -228,7 +235,8 @@ def _question(cfg: EncyclopediaConfig, rng: random.Random, ents: list[_Entity], 
         question = question[0].upper() + question[1:]
         qtype = "single" if hops == 1 else "bridge"
     titles = list(dict.fromkeys(ents[j].name for j in chain))
-    return Task(f"synth-{cfg.seed}-{i}", DATA_SOURCE, question, (answer,),
+    prefix = f"synth-{cfg.seed}" if cfg.question_seed is None else f"synth-{cfg.seed}q{cfg.question_seed}"
+    return Task(f"{prefix}-{i}", DATA_SOURCE, question, (answer,),
                 {"type": qtype, "hops": hops, "supporting_titles": titles})
 
 
@@ -243,6 +251,6 @@ def generate_encyclopedia(config: EncyclopediaConfig | None = None) -> Encyclope
     rng = random.Random(cfg.seed)
     ents = _build_world(cfg, rng)
     passages = tuple(Passage(f"e{j}", e.name, _render(e, ents, rng)) for j, e in enumerate(ents))
-    qrng = random.Random(f"{cfg.seed}-questions")
+    qrng = random.Random(f"{cfg.seed if cfg.question_seed is None else cfg.question_seed}-questions")
     tasks = [_question(cfg, qrng, ents, i) for i in range(cfg.num_questions)]
     return Encyclopedia(cfg, passages, ListTaskSource(tasks, name=DATA_SOURCE))

@@ -20,7 +20,7 @@ from drmas_train.run.config import ConfigError, TrainConfig, presets_for_env
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env", "require_task_files", "run_validation_tasks",
+__all__ = ["env_generated_tasks", "held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env", "require_task_files", "run_validation_tasks",
            "validation_tasks"]
 
 DATA_FORMS = ("a JSONL/JSON/Parquet file path, 'reasoning_gym:<dataset>' (e.g. reasoning_gym:gsm_symbolic), "
@@ -95,17 +95,28 @@ def held_out_tasks(candidates: Any, train: Any, size: int) -> list[Any]:
     return out
 
 
-def validation_tasks(cfg: TrainConfig, tasks: Any) -> tuple[list[Any] | None, list[tuple[int, str]]]:
+def env_generated_tasks(env: Any, *, seed: int, size: int) -> Any:
+    """Held-out validation candidates from an env that generates its own tasks: ``env.generated_tasks(seed, size)``
+    (the search envs' synthetic encyclopedia: other questions about the same corpus), or None when the env has no
+    such generator or reads its tasks from a file."""
+    draw = getattr(getattr(env, "unwrapped", env), "generated_tasks", None)
+    return draw(seed, size) if callable(draw) else None
+
+
+def validation_tasks(
+    cfg: TrainConfig, tasks: Any, env: Any = None
+) -> tuple[list[Any] | None, list[tuple[int, str]]]:
     """A run's validation tasks (None when ``eval.every`` is 0) and the notes to log about them.
 
-    ``eval.data``: its first ``eval.size`` tasks. Else a procedural ``env.data``: 1,000 candidates from another seed
-    (``seed + 10000``; the training set's size does not apply) minus every training question
-    (:func:`held_out_tasks`). Else a file or the env's own tasks: their first ``eval.size`` rows, which are then not
-    held out (a warning note).
+    ``eval.data``: its first ``eval.size`` tasks. Else a procedural ``env.data``, or the env's own tasks when the
+    env generates them (:func:`env_generated_tasks`): 1,000 candidates from another seed (``seed + 10000``; the
+    training set's size does not apply) minus every training question (:func:`held_out_tasks`). Else a file or
+    other env tasks: their first ``eval.size`` rows, which are then not held out (a warning note).
 
     Args:
         cfg: the run's config.
         tasks: the training tasks (``len`` and indexing), as the env uses them.
+        env: an env built from the run's config (its own task generator, if any, is used when ``env.data`` is null).
 
     Returns:
         ``(tasks or None, [(logging level, message), ...])``.
@@ -119,7 +130,12 @@ def validation_tasks(cfg: TrainConfig, tasks: Any) -> tuple[list[Any] | None, li
     spec = cfg.eval.data or cfg.env.data
     key = "eval.data" if cfg.eval.data else "env.data"
     val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000, size=1000) if spec else tasks
-    if spec and not cfg.eval.data and is_procedural(spec):  # a small problem space repeats across seeds
+    generated = None if spec or env is None else env_generated_tasks(env, seed=cfg.seed + 10_000, size=1000)
+    if generated is not None:  # the env's own generator (the search envs' synthetic encyclopedia), another seed
+        val_tasks = held_out_tasks(generated, tasks, cfg.eval.size)
+        notes.append((logging.INFO, f"validation: {len(val_tasks)} held-out tasks of the env's own generator "
+                                    f"(seed {cfg.seed + 10_000}; questions not in the {len(tasks)} training tasks)"))  # fmt: skip
+    elif spec and not cfg.eval.data and is_procedural(spec):  # a small problem space repeats across seeds
         val_tasks = held_out_tasks(val_src, tasks, cfg.eval.size)
         notes.append((logging.INFO, f"validation: {len(val_tasks)} held-out {spec} tasks (questions not in the "
                                     f"{len(tasks)} training tasks)"))  # fmt: skip
@@ -141,12 +157,13 @@ def run_validation_tasks(cfg: TrainConfig) -> list[Any] | None:
     """
     if cfg.eval.every <= 0:
         return None
-    tasks = load_env_tasks(cfg)
+    tasks, env = load_env_tasks(cfg), None
     if tasks is None:  # the env's own tasks, as build_run reads them
         import drmas_envs
 
-        tasks = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs))).tasks
-    return validation_tasks(cfg, tasks)[0]
+        env = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs)))
+        tasks = env.tasks
+    return validation_tasks(cfg, tasks, env)[0]
 
 
 def _accepted_kwargs(env_id: str) -> set[str] | None:

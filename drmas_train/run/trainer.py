@@ -140,7 +140,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     probe = make_probe_env(cfg, env_fn)
     validate_config(cfg, list(probe.possible_agents))  # before any model loads
     tasks = probe.tasks if tasks is None else tasks
-    val_tasks, notes = validation_tasks(cfg, tasks)  # notes: logged once the run starts (a refused one prints only its error)
+    val_tasks, notes = validation_tasks(cfg, tasks, probe)  # notes: logged once the run starts (a refused one prints only its error)
 
     configure_threads(cfg.run.num_threads)  # 0 = the cores available; warns once if others keep them busy now
     specs = model_specs(cfg)

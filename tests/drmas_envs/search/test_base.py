@@ -19,7 +19,9 @@ def test_signatures_list_own_then_shared_arguments_with_own_defaults():
     r1 = inspect.signature(SearchR1Env).parameters
     fidelity_options = ["missing_verdict", "last_step_no", "answer_without_tag", "require_think", "reject_cjk",
                         "information_format", "termination", "retrieval_failure"]  # fmt: skip
-    assert list(orch) == ["tasks", "max_steps", "history_length", "format_penalty", *fidelity_options, *SHARED]
+    assert list(orch) == ["tasks", "max_steps", "history_length", "format_penalty", *fidelity_options, "worked_examples",
+                          *SHARED]  # fmt: skip
+    assert orch["worked_examples"].default is None  # no example turns: the reference's context
     assert list(r1) == ["tasks", "max_turns", "format_penalty", *SHARED]
     assert (orch["format_penalty"].default, r1["format_penalty"].default, r1["topk"].default) == (0.01, 0.0, 3)
 

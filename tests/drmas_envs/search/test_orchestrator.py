@@ -252,3 +252,65 @@ def test_information_formats():
     env.reset(seed=0)
     play(env, ["<verify>no</verify>", THINK + "<search>capital of Zorvik</search>"])
     assert "Step 1:<search>capital of Zorvik</search> <information>\nDoc 1(Title: Zorvik)" in env.observe("verifier")["prompt"]
+
+
+EXAMPLES = {"answer": [{"user": "Question: Who founded Amberlo?\n", "assistant": "<answer>Ilsa Varn</answer>"},
+                       {"user": "Question: What is Zorvik?\n", "assistant": "<answer>a moon</answer>"}]}  # fmt: skip
+
+
+def test_worked_examples_are_earlier_chat_turns_of_their_agent_only():
+    plain, shown = tiny_env(), tiny_env(worked_examples=EXAMPLES)
+    for env in (plain, shown):
+        env.reset(seed=0)
+        play(env, ["<verify>yes</verify>"])
+    assert env.agent_selection == "answer"
+    base, obs = plain.observe("answer"), shown.observe("answer")
+    system, user = base["messages"]
+    assert obs["messages"] == (
+        system,
+        {"role": "user", "content": "Question: Who founded Amberlo?\n"},
+        {"role": "assistant", "content": "<answer>Ilsa Varn</answer>"},
+        {"role": "user", "content": "Question: What is Zorvik?\n"},
+        {"role": "assistant", "content": "<answer>a moon</answer>"},
+        user,
+    )
+    assert obs["prompt"] == "\n\n".join([system["content"], "Question: Who founded Amberlo?\n", "<answer>Ilsa Varn</answer>",
+                                         "Question: What is Zorvik?\n", "<answer>a moon</answer>", user["content"]])  # fmt: skip
+    assert shown.observe("verifier") == plain.observe("verifier")  # agents without examples see the reference context
+    for env in (plain, shown):
+        env.step(THINK + "<answer>Ilsa Varn</answer>")
+    assert shown.infos["answer"]["em"] == plain.infos["answer"]["em"] == 1.0  # the protocol and reward are unchanged
+
+
+def test_worked_examples_default_is_the_reference_context():
+    env = tiny_env(worked_examples=None)
+    env.reset(seed=0)
+    assert [m["role"] for m in env.observe("verifier")["messages"]] == ["system", "user"]
+    assert env.unwrapped.worked_examples == {}
+
+
+@pytest.mark.parametrize(
+    ("examples", "match"),
+    [
+        ({"solver": []}, r"worked_examples: unknown agent 'solver'; agents: \['verifier', 'search', 'answer'\]"),
+        ({"answer": "text"}, r"worked_examples\['answer'\] must be a list of \{user, assistant\}, got str"),
+        ({"answer": [{"user": "q"}]}, r"worked_examples\['answer'\]\[0\] must have exactly the keys 'user' and 'assistant', got \['user'\]"),
+        ({"answer": [{"user": "q", "assistant": ""}]}, r"worked_examples\['answer'\]\[0\]: 'user' and 'assistant' must be non-empty str"),
+        (["answer"], r"worked_examples must map agent ids to lists of \{user, assistant\}, got list"),
+    ],
+)
+def test_bad_worked_examples(examples, match):
+    with pytest.raises(ValueError, match=match):
+        tiny_env(worked_examples=examples)
+
+
+def test_generated_tasks_ask_other_questions_about_the_same_world():
+    env = drmas_envs.make(ENV_ID, synthetic={"num_questions": 50, "hops": [1], "comparison_fraction": 0.0})
+    own = env.unwrapped.tasks
+    other = env.unwrapped.generated_tasks(10_000, 40)
+    assert len(other) == 40 and [t.task_id for t in other][:2] == ["synth-0q10000-0", "synth-0q10000-1"]
+    titles = {p.title for p in env.unwrapped.retriever.passages}
+    assert {t.extra["supporting_titles"][0] for t in other} <= titles  # answerable from the env's corpus
+    assert {t.extra["type"] for t in other} == {"single"}  # the same question mix
+    assert [t.question for t in other] != [t.question for t in own][:40]
+    assert tiny_env().unwrapped.generated_tasks(1, 10) is None  # tasks from a source: nothing to draw from

@@ -4,6 +4,9 @@ import pytest
 
 from drmas_envs.search.synthetic import DATA_SOURCE, EncyclopediaConfig, generate_encyclopedia
 
+#: the first task of the default encyclopedia (seed 0), as generated before question_seed existed
+GOLDEN_FIRST_TASK = ("synth-0-0", "Who founded the employer of Suash Ashkel?", ("Pelash Miis",))
+
 
 def test_same_seed_same_world_and_different_seed_differs():
     a = generate_encyclopedia(EncyclopediaConfig(seed=3, num_questions=50))
@@ -79,3 +82,28 @@ def test_distractor_families_share_a_name_stem():
 def test_bad_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EncyclopediaConfig(**kwargs)
+
+
+def test_question_seed_asks_other_questions_about_the_same_world():
+    base = generate_encyclopedia(EncyclopediaConfig(seed=2, num_questions=30))
+    other = generate_encyclopedia(EncyclopediaConfig(seed=2, num_questions=30, question_seed=5))
+    again = generate_encyclopedia(EncyclopediaConfig(seed=2, num_questions=30, question_seed=None))
+    assert other.passages == base.passages  # the world does not depend on the questions
+    assert [t.question for t in other.tasks] != [t.question for t in base.tasks]
+    assert [t.task_id for t in other.tasks][:2] == ["synth-2q5-0", "synth-2q5-1"]
+    assert list(again.tasks) == list(base.tasks) and base.tasks[0].task_id == "synth-2-0"  # None = the seed's questions
+    longer = generate_encyclopedia(EncyclopediaConfig(seed=2, num_questions=60, question_seed=5))
+    assert list(longer.tasks)[:30] == list(other.tasks)  # more questions extend the same stream
+
+
+def test_default_questions_are_unchanged():
+    """The default benchmark is fixed by its seed (golden values of seed 0: a change would re-label old results)."""
+    enc = generate_encyclopedia(EncyclopediaConfig(num_questions=3))
+    first = enc.tasks[0]
+    assert (first.task_id, first.question, first.answers) == GOLDEN_FIRST_TASK
+
+
+@pytest.mark.parametrize("value", [1.5, True, "3"])
+def test_bad_question_seed(value):
+    with pytest.raises(ValueError, match="EncyclopediaConfig.question_seed must be an int or None"):
+        EncyclopediaConfig(question_seed=value)

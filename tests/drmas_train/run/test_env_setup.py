@@ -51,3 +51,23 @@ def test_data_options_apply_to_procedural_specs_only(tmp_path, caplog):
     cfg = load_config(None, ["env.data=reasoning_gym:basic_arithmetic", "env.data_options={digits: 1}"])
     with pytest.raises(ConfigError, match=r"env.data='reasoning_gym:basic_arithmetic': bad options .*its options"):
         load_env_tasks(cfg)
+
+
+def test_search_env_validation_asks_other_questions_about_the_same_world(tmp_path, caplog):
+    """The search envs' own synthetic tasks: validation draws other questions about the same encyclopedia
+    (``SearchTextEnv.generated_tasks``, question seed ``seed + 10000``), none of them a training question."""
+    from drmas_train.run.trainer import build_run
+
+    cfg = load_config("quickstart_search", [f"run.dir={tmp_path / 'run'}", "models.shared.name_or_path=tiny-llama",
+                                            "run.tensorboard=false", "run.plot=false", "run.progress=false",
+                                            "run.num_threads=1", "eval.size=24"])  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="drmas_train.run.trainer"):
+        run = build_run(cfg)
+    train = {run.tasks[i].question for i in range(len(run.tasks))}
+    val = list(run.val_tasks)
+    assert len(val) == 24 and not train & {t.question for t in val}
+    assert all(t.task_id.startswith(f"synth-0q{cfg.seed + 10_000}-") for t in val)
+    passages = {p.title for p in run.env_fn().unwrapped.retriever.passages}
+    assert {t.extra["supporting_titles"][0] for t in val} <= passages  # answerable from the training corpus
+    assert {t.extra["type"] for t in val} == {t.extra["type"] for t in run.tasks}  # the same question mix
+    assert "validation: 24 held-out tasks of the env's own generator (seed 10000" in caplog.text

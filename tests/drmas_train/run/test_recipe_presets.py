@@ -140,3 +140,11 @@ def test_a_team_preset_runs_one_iteration_on_a_tiny_model(tmp_path, name):
     trained = {k.split("/")[1] for k in row if k.startswith("loss/") and k.endswith("/grad_norm")}
     # one update per model key, or per adapter: every agent's own parameters moved under its own optimizer
     assert trained == set(TEAMS[name][1].values())
+
+
+def test_the_search_quickstart_grpo_twin_differs_only_in_the_estimator():
+    """quickstart_search_grpo is quickstart_search with the GRPO estimator (docs/quickstart.md compares the two)."""
+    base, twin = _flat(as_dict(load_config("quickstart_search"))), _flat(as_dict(load_config("quickstart_search_grpo")))
+    changed = {k: v for k, v in twin.items() if base[k] != v and k not in ("run.dir", "run.name")}
+    assert changed == {"algorithm.estimator": "grpo"} and base["algorithm.estimator"] == "drmas"
+    assert twin["run.dir"] == "runs/quickstart_search_grpo"
