@@ -200,3 +200,19 @@ def test_validation_tasks_of_a_procedural_run_are_its_held_out_ones(tmp_path):
     assert [r["task_id"] for r in rows] == [t.task_id for t in expected]
     assert not {r["question"] for r in rows} & {train_tasks[i].question for i in range(len(train_tasks))}
     assert args.data == [str(tmp_path / "out" / "validation_tasks.jsonl")]
+
+
+def test_a_run_validated_on_env_generated_questions_is_said_to_play_training_tasks(tmp_path):
+    """The search quickstart validates on held-out questions its env generates (another question seed); the env
+    takes no task file about its own synthetic world, so crossplay plays the env's own (training) tasks and says so."""
+    import argparse
+
+    from drmas_train.run.config import load_config, to_yaml
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(to_yaml(load_config("quickstart_search", [f"run.dir={tmp_path / 'run'}"])))
+    args = argparse.Namespace(run=str(tmp_path / "run"), out=str(tmp_path / "out"), data=[], limit=None)
+    note = crossplay_cmd.validation_tasks_of_run(args)
+    assert note == ("tasks: the env's own first 16, which are TRAINING tasks: the run validated on 16 held-out "
+                    "questions its env generates, which crossplay cannot play yet")  # fmt: skip
+    assert args.limit == 16 and args.data == []
