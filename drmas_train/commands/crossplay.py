@@ -184,15 +184,6 @@ def _table(matrix: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _own_task_ids(cfg: Any, n: int) -> set[str]:
-    """The ids of the first ``n`` of the env's own tasks (the env built from the run's config)."""
-    import drmas_envs
-    from drmas_train.run.env_setup import make_probe_env
-
-    own = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs))).tasks
-    return {own[i].task_id for i in range(min(n, len(own)))}
-
-
 def validation_tasks_of_run(args: argparse.Namespace) -> str | None:
     """Without ``--data``: make ``args`` play the run's own validation tasks, and return a note saying which.
 
@@ -205,22 +196,26 @@ def validation_tasks_of_run(args: argparse.Namespace) -> str | None:
     Raises:
         ConfigError: the run's config or its task source does not load.
     """
+    import drmas_envs
     from drmas_train.run.config import load_config
-    from drmas_train.run.env_setup import run_validation_tasks
+    from drmas_train.run.env_setup import make_probe_env, run_validation_tasks, validation_tasks
 
     cfg = load_config(str(Path(args.run) / "config.yaml"))
     if args.data or cfg.eval.every <= 0:
         return None
-    tasks = run_validation_tasks(cfg)
-    if not (cfg.eval.data or cfg.env.data):
+    if not (cfg.eval.data or cfg.env.data):  # the env's own tasks: one env, as build_run builds it
+        env = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs)))
+        tasks, _ = validation_tasks(cfg, env.tasks, env)
         if args.limit is None:
             args.limit = cfg.eval.size
-        if tasks and {t.task_id for t in tasks} != _own_task_ids(cfg, cfg.eval.size):
+        own = {env.tasks[i].task_id for i in range(min(cfg.eval.size, len(env.tasks)))}
+        if tasks and {t.task_id for t in tasks} != own:
             # held-out questions the env generated from another seed (the search envs' synthetic encyclopedia):
             # the env takes no task file about its own synthetic world, so they cannot be passed as --data yet
             return (f"tasks: the env's own first {args.limit}, which are TRAINING tasks: the run validated on "
                     f"{len(tasks)} held-out questions its env generates, which crossplay cannot play yet")
         return f"tasks: the env's own first {args.limit}, as the run validated on its first {cfg.eval.size}"
+    tasks = run_validation_tasks(cfg)
     path = Path(args.out) / "validation_tasks.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks), encoding="utf-8")
