@@ -3,7 +3,6 @@ definitions) and one smoke run of its run loop on a tiny model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import statistics
@@ -12,15 +11,13 @@ from pathlib import Path
 import pytest
 
 from drmas_train.run.config import list_presets, load_config
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("paper_effect_run", ROOT / "benchmarks" / "paper_effect" / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/paper_effect/run.py", "paper_effect_run")
 
 
 def test_the_protocol_names_the_runner_constants():

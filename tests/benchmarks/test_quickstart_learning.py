@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learning" / "quickstart.py"
+from helpers.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("quickstart_learning", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/learning/quickstart.py", "quickstart_learning")
 
 
 def test_summarize_reads_validation_gain_and_per_agent_validity():

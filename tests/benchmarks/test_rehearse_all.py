@@ -3,17 +3,13 @@ its row (pass / fail, stage seconds, memory); the real rehearsals run in tests/d
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "rehearse_all.py"
-_spec = importlib.util.spec_from_file_location("rehearse_all", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["rehearse_all"] = bench
-_spec.loader.exec_module(bench)
+from helpers.scripts import load_script
+
+bench = load_script("benchmarks/perf/rehearse_all.py")
 
 
 def test_paper_presets_are_the_forty():

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learning" / "untrained.py"
+from helpers.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("untrained_learning", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/learning/untrained.py", "untrained_learning")
 
 
 def _sample(agent, uid, reward, valid, prompt=4, response=2):

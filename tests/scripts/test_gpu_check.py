@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--device", "cpu", "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--iterations", "2",
@@ -45,10 +46,7 @@ def test_cpu_run_prints_one_json_line_with_the_figures():
 
 def _script():
     """scripts/gpu_check.py imported as a module (its main() runs in this process)."""
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/gpu_check.py")
 
 
 def test_bad_arguments_exit_2_with_a_json_error(capsys):
