@@ -24,12 +24,16 @@ import argparse
 import json
 import os
 import resource
-import subprocess
+import runpy
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+# ``benchmarks`` is no package: the sibling arms.py (a fresh process per arm) is run by path
+_arms = runpy.run_path(str(Path(__file__).with_name("arms.py")), run_name="drmas_bench_arms")
+ArmFailed, run_arms = _arms["ArmFailed"], _arms["run_arms"]
 
 ARMS = ("full", "lora_per_model", "lora_per_agent")
 LORA = {"r": 16, "alpha": 32}
@@ -123,16 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     for arm in arms:
         arm_models(arm, args.model)  # unknown arms fail before anything runs
     load_before = os.getloadavg()
-    results: dict[str, Any] = {}
-    for arm in arms:  # a fresh process per arm: its peak RSS is its own
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", arm, "--model", args.model, "--iterations",
-               str(args.iterations), "--max-new-tokens", str(args.max_new_tokens), "--seed", str(args.seed)]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            print(done.stderr[-4000:], file=sys.stderr)
-            return done.returncode
-        results[arm] = json.loads(done.stdout.strip().splitlines()[-1])
+    rerun = [sys.executable, str(Path(__file__).resolve())]
+    settings = ["--model", args.model, "--iterations", str(args.iterations), "--max-new-tokens",
+                str(args.max_new_tokens), "--seed", str(args.seed)]  # fmt: skip
+    try:  # a fresh process per arm: its peak RSS is its own
+        results = run_arms(arms, lambda arm: [*rerun, "--child", arm, *settings])
+    except ArmFailed as err:
+        print(err.stderr_tail, file=sys.stderr)
+        return err.returncode
     if "full" in results:
         for r in results.values():
             r["peak_rss_vs_full"] = r["peak_rss_mb"] / results["full"]["peak_rss_mb"]

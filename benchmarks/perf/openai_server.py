@@ -18,12 +18,17 @@ import concurrent.futures
 import json
 import os
 import platform
-import socket
+import runpy
 import statistics
 import sys
-import threading
 import time
+from pathlib import Path
 from typing import Any
+
+# ``benchmarks`` is no package: the sibling local_server.py (uvicorn in a thread) is run by path
+serve_in_thread = runpy.run_path(
+    str(Path(__file__).with_name("local_server.py")), run_name="drmas_bench_local_server"
+)["serve_in_thread"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +45,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import httpx
     import torch
-    import uvicorn
 
     from drmas_train.backends.hf import HFBackend
     from drmas_train.model.models import load_model
@@ -49,47 +53,34 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     app = create_app(HFBackend.from_loaded(load_model(args.model)), "m", batch_window_s=args.batch_window_s)
     batcher = app.state.batcher
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("the benchmark's uvicorn server did not start")
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/chat/completions"
-    body = {"model": "m", "messages": [{"role": "user", "content": "What is 2 + 3?"}],
-            "max_tokens": args.max_tokens, "temperature": 1.0}  # fmt: skip
+    with serve_in_thread(app) as base:
+        url = f"{base}/v1/chat/completions"
+        body = {"model": "m", "messages": [{"role": "user", "content": "What is 2 + 3?"}],
+                "max_tokens": args.max_tokens, "temperature": 1.0}  # fmt: skip
 
-    def one(client: httpx.Client) -> int:
-        reply = client.post(url, json=body, timeout=600)
-        reply.raise_for_status()
-        return int(reply.json()["usage"]["completion_tokens"])
+        def one(client: httpx.Client) -> int:
+            reply = client.post(url, json=body, timeout=600)
+            reply.raise_for_status()
+            return int(reply.json()["usage"]["completion_tokens"])
 
-    def round_(at_once: bool) -> dict[str, Any]:
-        calls0 = batcher.backend_calls
-        with httpx.Client(trust_env=False, limits=httpx.Limits(max_connections=args.requests)) as client:
-            start = time.perf_counter()
-            if at_once:
-                with concurrent.futures.ThreadPoolExecutor(args.requests) as pool:
-                    tokens = list(pool.map(lambda _: one(client), range(args.requests)))
-            else:
-                tokens = [one(client) for _ in range(args.requests)]
-            wall = time.perf_counter() - start
-        return {"wall_s": wall, "backend_calls": batcher.backend_calls - calls0, "tokens": sum(tokens)}
+        def round_(at_once: bool) -> dict[str, Any]:
+            calls0 = batcher.backend_calls
+            with httpx.Client(trust_env=False, limits=httpx.Limits(max_connections=args.requests)) as client:
+                start = time.perf_counter()
+                if at_once:
+                    with concurrent.futures.ThreadPoolExecutor(args.requests) as pool:
+                        tokens = list(pool.map(lambda _: one(client), range(args.requests)))
+                else:
+                    tokens = [one(client) for _ in range(args.requests)]
+                wall = time.perf_counter() - start
+            return {"wall_s": wall, "backend_calls": batcher.backend_calls - calls0, "tokens": sum(tokens)}
 
-    try:
         with httpx.Client(trust_env=False) as warm:
             one(warm)  # warm-up (first forward, allocator)
         runs: dict[str, list[dict[str, Any]]] = {"serial": [], "concurrent": []}
         for _ in range(args.repeats):
             runs["serial"].append(round_(False))
             runs["concurrent"].append(round_(True))
-    finally:
-        server.should_exit = True
-        thread.join(timeout=60)
-        sock.close()
     out: dict[str, Any] = {"model": args.model, "requests": args.requests, "max_tokens": args.max_tokens,
                            "batch_window_s": args.batch_window_s}  # fmt: skip
     for kind, rs in runs.items():

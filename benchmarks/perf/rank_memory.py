@@ -30,12 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import socket
 import sys
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
+
+# ``benchmarks`` is no package: the sibling arms.py (a fresh process per arm) is run by path
+_arms = runpy.run_path(str(Path(__file__).with_name("arms.py")), run_name="drmas_bench_arms")
+ArmFailed, run_arms = _arms["ArmFailed"], _arms["run_arms"]
 
 ARMS = ("single", "fsdp2", "ddp")
 MODEL_ID = "shared"
@@ -222,8 +227,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import subprocess
-
     args = _parser().parse_args(argv)
     if args.arm:
         print(json.dumps(child(args)))
@@ -235,21 +238,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     load_before = os.getloadavg()
-    results: dict[str, Any] = {}
-    for arm in arms:  # fresh processes per arm: their peaks are their own
-        cmd = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            *(argv if argv is not None else sys.argv[1:]),
-            "--arm",
-            arm,
-        ]
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            print(done.stderr[-4000:], file=sys.stderr)
-            return done.returncode
-        results[arm] = json.loads(done.stdout.strip().splitlines()[-1])
+    rerun = [sys.executable, str(Path(__file__).resolve()), *(argv if argv is not None else sys.argv[1:])]
+    try:  # fresh processes per arm: their peaks are their own
+        results = run_arms(arms, lambda arm: [*rerun, "--arm", arm])
+    except ArmFailed as err:
+        print(err.stderr_tail, file=sys.stderr)
+        return err.returncode
     out = {"model": args.model, "world": args.world, "samples": args.samples, "micro_batch_tokens": args.micro_batch_tokens,
            "updates": args.updates, "kl": args.kl, "fixes": not args.no_fixes, "arms": results,
            "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "cpus": os.cpu_count()}  # fmt: skip

@@ -28,12 +28,19 @@ import dataclasses
 import json
 import os
 import platform
+import runpy
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+# ``benchmarks`` is no package: the sibling local_server.py (uvicorn in a thread) is run by path
+serve_in_thread = runpy.run_path(
+    str(Path(__file__).with_name("local_server.py")), run_name="drmas_bench_local_server"
+)["serve_in_thread"]
 
 TOWER = r"\boxed{9^{9^{9^{9}}}}"
 
@@ -198,7 +205,6 @@ def http_retriever(limit: float, repeats: int) -> dict[str, Any]:
 def openai_backend(repeats: int) -> dict[str, Any]:
     """Seconds of ``generate`` against a handler that never answers: 0.2 s per request, 1 retry (2 requests)."""
     import fastapi
-    import uvicorn
 
     from drmas_train.backends.base import SamplingParams
     from drmas_train.backends.openai import OpenAIBackend
@@ -211,31 +217,19 @@ def openai_backend(repeats: int) -> dict[str, Any]:
         release.wait()
         return {"choices": []}
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("the benchmark's uvicorn server did not start")
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    try:
-        seconds, outcomes = [], []
-        with OpenAIBackend(url, "m", timeout=0.2, max_retries=1, backoff=0.01) as client:
-            for _ in range(repeats):
-                err, s = _timed(
-                    lambda: client.generate([[{"role": "user", "content": "hi"}]], SamplingParams())
-                )
-                seconds.append(s)
-                outcomes.append(type(err).__name__)
-        return _summary(seconds, 0.41, outcomes) | {"limit": "2 requests x 0.2 s + 0.01 s backoff"}
-    finally:
-        release.set()
-        server.should_exit = True
-        thread.join(timeout=60)
-        sock.close()
+    with serve_in_thread(app) as base:
+        try:
+            seconds, outcomes = [], []
+            with OpenAIBackend(f"{base}/v1", "m", timeout=0.2, max_retries=1, backoff=0.01) as client:
+                for _ in range(repeats):
+                    err, s = _timed(
+                        lambda: client.generate([[{"role": "user", "content": "hi"}]], SamplingParams())
+                    )
+                    seconds.append(s)
+                    outcomes.append(type(err).__name__)
+            return _summary(seconds, 0.41, outcomes) | {"limit": "2 requests x 0.2 s + 0.01 s backoff"}
+        finally:
+            release.set()  # the handlers blocked in release.wait() would hold uvicorn's shutdown up
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -12,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.scripts import load_script
+
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "async_sim.py"
-_spec = importlib.util.spec_from_file_location("async_sim", _PATH)
-sim = importlib.util.module_from_spec(_spec)
-sys.modules["async_sim"] = sim  # dataclasses resolve the module by name
-_spec.loader.exec_module(sim)
+sim = load_script("benchmarks/perf/async_sim.py")
 
 #: a compute-bound engine: a step of n sequences costs n / 10 s; prefill 100 tokens/s; update 50 tokens/s per worker
 HAND = sim.MeasuredCosts(decode_tok_s=10.0, prefill_tok_s=100.0, update_tok_s=50.0, push_time_s=2.0)

@@ -3,7 +3,6 @@ pooled held-out cell, and the script end to end (training runs -> ``drmas leader
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -16,16 +15,14 @@ import pytest
 from drmas_train.algorithm.advantages import ESTIMATORS
 from drmas_train.run.config import load_config
 from drmas_train.run.metrics_log import read_metrics
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "learning" / "estimators.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("estimators_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/learning/estimators.py", "estimators_bench")
 
 
 def test_the_default_presets_cover_every_estimator_of_the_registry_and_dr_grpo():

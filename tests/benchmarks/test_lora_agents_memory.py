@@ -3,18 +3,13 @@ shows the base held once (parameter bytes, not timings or peak RSS, which depend
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "lora_agents_memory.py"
-_spec = importlib.util.spec_from_file_location("lora_agents_memory", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["lora_agents_memory"] = bench
-_spec.loader.exec_module(bench)
+from helpers.scripts import load_script
+
+bench = load_script("benchmarks/perf/lora_agents_memory.py")
 
 
 @pytest.mark.parametrize("arm", bench.ARMS)

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from helpers.scripts import load_script
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "memory_arithmetic.py"
-_spec = importlib.util.spec_from_file_location("memory_arithmetic", _PATH)
-mem = importlib.util.module_from_spec(_spec)
-sys.modules["memory_arithmetic"] = mem  # dataclasses resolve the module by name
-_spec.loader.exec_module(mem)
+mem = load_script("benchmarks/perf/memory_arithmetic.py")
 
 
 def test_qwen25_3b_parameter_count_by_hand():

@@ -3,7 +3,6 @@ definitions) and one smoke run of its run loop on a tiny model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import statistics
@@ -12,15 +11,13 @@ from pathlib import Path
 import pytest
 
 from drmas_train.run.config import list_presets, load_config
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("paper_effect_run", ROOT / "benchmarks" / "paper_effect" / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/paper_effect/run.py", "paper_effect_run")
 
 
 def test_the_protocol_names_the_runner_constants():
@@ -53,7 +50,7 @@ def test_mean_stderr_and_verdict_follow_the_protocol():
     with pytest.raises(ValueError, match="at least one"):
         mod.mean_stderr([])
     assert mod.verdict({"mean": 0.21, "stderr": 0.1, "n": 3}) == "the paper's direction holds"
-    assert mod.verdict({"mean": 0.2, "stderr": 0.1, "n": 3}) == "not distinguishable at n = 3 seeds"  # not > 2 SE
+    assert mod.verdict({"mean": 0.2, "stderr": 0.1, "n": 3}) == "not distinguishable at n = 3 seeds"  # not > 2 SE  # fmt: skip
     assert mod.verdict({"mean": -0.21, "stderr": 0.1, "n": 3}) == "reversed"
     assert mod.verdict({"mean": 0.9, "stderr": None, "n": 1}) == "not distinguishable at n = 1 seed"
 
@@ -97,8 +94,8 @@ def test_setting_outcomes_pair_the_seeds():
                 "wall_time_s": 10.0, "peak_rss_gb": 1.0, "load_start": 1.0, "load_end": 1.0,
                 "run_dir": f"{preset}/{seed}"}  # fmt: skip
 
-    health = {f"{p}/{s}": {"models": {"m": {"spikes": s - 999}}, "agents": {}} for p in "dg" for s in (1000, 1001, 1002)}
-    dr = [run("d", 1000, 0.3, {"t1": 1.0, "t2": 0.5}), run("d", 1001, 0.2, {"t1": 0.0}), run("d", 1002, 0.1, {})]
+    health = {f"{p}/{s}": {"models": {"m": {"spikes": s - 999}}, "agents": {}} for p in "dg" for s in (1000, 1001, 1002)}  # fmt: skip
+    dr = [run("d", 1000, 0.3, {"t1": 1.0, "t2": 0.5}), run("d", 1001, 0.2, {"t1": 0.0}), run("d", 1002, 0.1, {})]  # fmt: skip
     gr = [run("g", 1000, 0.1, {"t1": 0.5, "t2": 0.5}), run("g", 1001, 0.1, {"t1": 0.25})]
     out = mod.setting_outcomes(dr, gr, health)
     assert out["seeds"] == [1000, 1001] and out["unpaired_seeds"] == [1002]
@@ -125,7 +122,7 @@ def test_a_smoke_run_of_one_setting_writes_its_outcomes(tmp_path, capsys):
     assert code == 0
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["protocol"] is False and printed["settings"]["math_nonsharing"]["seeds"] == [1000]
-    saved = json.loads((tmp_path / "out" / "results.json").read_text())["paper_effect"]["settings"]["math_nonsharing"]
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())["paper_effect"]["settings"]["math_nonsharing"]  # fmt: skip
     runs = saved["arms"]["drmas"]["runs"]
     assert [r["seed"] for r in runs] == [1000] and saved["arms"]["grpo"]["runs"][0]["seed"] == 1000
     # both models of the non-sharing team were updated and their health recorded

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learning" / "quickstart.py"
+from helpers.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("quickstart_learning", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/learning/quickstart.py", "quickstart_learning")
 
 
 def test_summarize_reads_validation_gain_and_per_agent_validity():
@@ -45,5 +39,5 @@ def test_script_runs_the_preset_and_prints_the_paired_gain(tmp_path, capsys):
     assert capsys.readouterr().out.strip().startswith('{"config": "quickstart_math"')
     first, last = out["validation"]
     assert (first["iteration"], last["iteration"]) == (0, 1)
-    assert last["gain"] == pytest.approx(last["avg@2"] - first["avg@2"])  # same tasks: paired mean = difference
-    assert out["wall_time_s"] > 0 and out["peak_rss_gb"] > 0 and set(out["valid_action_ratio"]) == {"solver", "verifier"}
+    assert last["gain"] == pytest.approx(last["avg@2"] - first["avg@2"])  # same tasks: paired mean = difference  # fmt: skip
+    assert out["wall_time_s"] > 0 and out["peak_rss_gb"] > 0 and set(out["valid_action_ratio"]) == {"solver", "verifier"}  # fmt: skip

@@ -3,18 +3,13 @@ tiny run reports every phase of every rank (keys and counts only: memory figures
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "rank_memory.py"
-_spec = importlib.util.spec_from_file_location("rank_memory", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["rank_memory"] = bench
-_spec.loader.exec_module(bench)
+from helpers.scripts import load_script
+
+bench = load_script("benchmarks/perf/rank_memory.py")
 
 
 def test_samples_are_shaped_like_a_quickstart_iteration():

@@ -3,17 +3,13 @@ its row (pass / fail, stage seconds, memory); the real rehearsals run in tests/d
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "perf" / "rehearse_all.py"
-_spec = importlib.util.spec_from_file_location("rehearse_all", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["rehearse_all"] = bench
-_spec.loader.exec_module(bench)
+from helpers.scripts import load_script
+
+bench = load_script("benchmarks/perf/rehearse_all.py")
 
 
 def test_paper_presets_are_the_forty():
@@ -30,18 +26,18 @@ def test_a_verdict_becomes_a_row(tmp_path, monkeypatch):
         workdir.mkdir(parents=True)
         failed = "grpo" in cmd[cmd.index("--config") + 1]
         stages = [{"stage": "config", "ok": True, "seconds": 0.5},
-                  {"stage": "train", "ok": not failed, "seconds": 9.0, **({"error": "RuntimeError: boom"} if failed else {})}]
+                  {"stage": "train", "ok": not failed, "seconds": 9.0, **({"error": "RuntimeError: boom"} if failed else {})}]  # fmt: skip
         memory = {"driver_peak_rss_mb": 900.0, "rank_peak_rss_mb": {"shared": 700.0}}
-        (workdir / "verdict.json").write_text(json.dumps({"ok": not failed, "stages": stages, "memory": memory}))
+        (workdir / "verdict.json").write_text(json.dumps({"ok": not failed, "stages": stages, "memory": memory}))  # fmt: skip
         return subprocess.CompletedProcess(cmd, 0 if not failed else 1, "", "")
 
     monkeypatch.setattr(bench.subprocess, "run", fake_run)
     ok = bench.rehearse_one("drmas_math_qwen3_4b_dist", tmp_path, "/venv/bin/python")
-    assert ok["ok"] and ok["stages"] == {"config": 0.5, "train": 9.0} and ok["rank_peak_rss_mb"] == {"shared": 700.0}
+    assert ok["ok"] and ok["stages"] == {"config": 0.5, "train": 9.0} and ok["rank_peak_rss_mb"] == {"shared": 700.0}  # fmt: skip
     assert calls[0][-2:] == ["--vllm", "/venv/bin/python"]
     bad = bench.rehearse_one("grpo_math_qwen3_4b", tmp_path, None)
     assert not bad["ok"] and bad["error"] == "train: RuntimeError: boom" and "--vllm" not in calls[1]
     out = bench.main(["--presets", "drmas_math_qwen3_4b", "grpo_math_qwen3_4b", "--dir", str(tmp_path / "all"),
-                      "--out", str(tmp_path / "out.json")])
+                      "--out", str(tmp_path / "out.json")])  # fmt: skip
     assert out["summary"]["run"] == 2 and out["summary"]["failed"] == ["grpo_math_qwen3_4b"]
     assert json.loads((tmp_path / "out.json").read_text())["presets"]["drmas_math_qwen3_4b"]["ok"] is True

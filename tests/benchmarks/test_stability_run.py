@@ -3,18 +3,15 @@ metrics row, config errors, and a tiny end-to-end smoke run through the library'
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "stability" / "run.py"
-_spec = importlib.util.spec_from_file_location("stability_run", _PATH)
-run = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(run)
+from helpers.scripts import load_script
+
+run = load_script("benchmarks/stability/run.py", "stability_run")
 
 
 def _play(env, texts):

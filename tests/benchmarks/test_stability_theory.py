@@ -3,17 +3,14 @@ own estimators (seeded; the whole file runs in a few seconds)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "stability" / "theory.py"
-_spec = importlib.util.spec_from_file_location("stability_theory", _PATH)
-theory = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(theory)
+from helpers.scripts import load_script
+
+theory = load_script("benchmarks/stability/theory.py", "stability_theory")
 
 
 @pytest.fixture(scope="module")

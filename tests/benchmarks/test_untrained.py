@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learning" / "untrained.py"
+from helpers.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("untrained_learning", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/learning/untrained.py", "untrained_learning")
 
 
 def _sample(agent, uid, reward, valid, prompt=4, response=2):
@@ -44,4 +39,4 @@ def test_summarize_counts_accuracy_validity_and_groups_with_reward_variance():
     assert out["varied_groups"] == {"answer": 0.5, "verifier": 0.5}  # g1 varies for both; g2 for neither
     assert out["calls_per_episode"] == {"answer": 0.75, "verifier": 1.0}
     assert out["ended_by"] == {"answer": 3, "step_limit": 1}
-    assert out["prompt_tokens"] == pytest.approx(32 / 7, abs=0.05) and out["response_tokens"] == pytest.approx(18 / 7, abs=0.05)
+    assert out["prompt_tokens"] == pytest.approx(32 / 7, abs=0.05) and out["response_tokens"] == pytest.approx(18 / 7, abs=0.05)  # fmt: skip

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--device", "cpu", "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--iterations", "2",
@@ -36,19 +37,16 @@ def test_cpu_run_prints_one_json_line_with_the_figures():
     assert out["model"] == {"arch": "Qwen3ForCausalLM", "params": 12288 + 11616 + 32, "hidden": 32, "layers": 1,
                             "vocab": 384}  # fmt: skip
     single, fsdp = out["single"], out["fsdp"]
-    assert single["iterations"] == 2 and single["samples_per_iteration"] == 2 * 2 * 2  # N x G episodes x 2 agents
-    assert single["rollout_tokens_per_s"] > 0 and single["update_tokens_per_s"] > 0 and single["peak_gpu_mem_mb"] is None
+    assert single["iterations"] == 2 and single["samples_per_iteration"] == 2 * 2 * 2  # N x G episodes x 2 agents  # fmt: skip
+    assert single["rollout_tokens_per_s"] > 0 and single["update_tokens_per_s"] > 0 and single["peak_gpu_mem_mb"] is None  # fmt: skip
     assert fsdp["backend"] == "gloo" and fsdp["world_size"] == 1 and fsdp["steps"] == 1
-    assert fsdp["checkpoint_roundtrip"] is True and fsdp["loss_finite"] is True and fsdp["update_tokens_per_s"] > 0
+    assert fsdp["checkpoint_roundtrip"] is True and fsdp["loss_finite"] is True and fsdp["update_tokens_per_s"] > 0  # fmt: skip
     assert out["torch"] and out["transformers"] and out["device"].startswith("cpu")
 
 
 def _script():
     """scripts/gpu_check.py imported as a module (its main() runs in this process)."""
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/gpu_check.py")
 
 
 def test_bad_arguments_exit_2_with_a_json_error(capsys):

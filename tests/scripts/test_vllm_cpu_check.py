@@ -4,7 +4,6 @@ script itself (its measured output: docs/scaling.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,15 +13,13 @@ import torch
 
 from drmas_train.backends.base import Generation
 from drmas_train.model.models import load_model
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("vllm_cpu_check", ROOT / "scripts" / "vllm_cpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _script():
+    return load_script("scripts/vllm_cpu_check.py")
 
 
 def test_a_venv_inside_the_repository_is_refused(tmp_path):
@@ -46,7 +43,7 @@ def test_bad_arguments_exit_2_with_one_json_line():
 def test_logprob_diff_is_zero_for_the_forward_pass_own_values_and_counts_tokens():
     from drmas_train.model.logprobs import forward_logprobs
 
-    check = load_script()
+    check = _script()
     model = load_model("tiny-llama").model.eval()
     prompts, responses = [[4, 5, 6], [7, 8]], [[9, 10], [11, 12, 13]]
     with torch.no_grad():
@@ -61,7 +58,7 @@ def test_logprob_diff_is_zero_for_the_forward_pass_own_values_and_counts_tokens(
 
 
 def test_perturbed_state_keeps_names_shapes_and_changes_every_varying_tensor():
-    check = load_script()
+    check = _script()
     state = load_model("tiny-llama").model.state_dict()
     new = check.perturbed(state)
     assert list(new) == list(state) and all(new[k].shape == state[k].shape for k in state)
