@@ -42,7 +42,8 @@ class SearchTextEnv(TextAECEnv):
         corpus: wiki-18 JSONL path or passages (HotpotQA files default to their contexts).
         retriever: ``"bm25"``, ``"dense"``, ``"http"`` or an object with ``search(queries, topk)``.
         retriever_kwargs: arguments of a retriever given by name.
-        synthetic: :class:`~drmas_envs.search.synthetic.EncyclopediaConfig` fields.
+        synthetic: :class:`~drmas_envs.search.synthetic.EncyclopediaConfig` fields: the synthetic world. Its
+            questions are the tasks when ``tasks`` is None; with ``tasks`` given, its passages are their corpus.
         topk: passages per search (>= 1).
         format_penalty: reward subtracted per invalid call (the subclass sets the default).
         max_action_chars: only this many characters of an action are parsed (>= 1).

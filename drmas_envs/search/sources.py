@@ -86,17 +86,19 @@ def resolve_data(
     * ``tasks="hf:<id>[:<config>][@<split>]"``: a Hugging Face dataset (online only; fails fast offline), e.g.
       ``"hf:hotpot_qa:distractor@validation"``; give a ``corpus`` (or use ``retriever="http"``).
     * ``tasks=<TaskSource>``: used as is.
+    * ``tasks`` given together with ``synthetic``: those tasks are asked about that synthetic world, whose passages
+      are the corpus (held-out questions about the world a run trained on, written to a file by
+      ``SearchTextEnv.generated_tasks`` and played back by ``drmas crossplay``).
     * ``corpus=<path>`` (wiki-18 JSONL) or a sequence of :class:`Passage` overrides the default corpus.
 
     Raises:
-        TypeError: a ``synthetic`` config with ``tasks`` given, or an unknown ``synthetic`` field.
+        TypeError: an unknown ``synthetic`` field, or ``tasks`` of another type.
+        FileNotFoundError: a ``tasks`` or ``corpus`` path that is not a file.
     """
     passages: Sequence[Passage] | None = None
     if tasks is None:
         enc = generate_encyclopedia(encyclopedia_config(synthetic))
         task_source, passages = enc.tasks, enc.passages
-    elif synthetic is not None:
-        raise TypeError("synthetic=... configures the default synthetic encyclopedia; it cannot be combined with tasks=...")
     elif isinstance(tasks, str) and tasks.startswith("hf:"):
         task_source = _hf_tasks(tasks, limit)
     elif isinstance(tasks, (str, Path)):
@@ -108,6 +110,8 @@ def resolve_data(
         task_source = tasks
     else:
         raise TypeError(f"tasks must be None, a path or a TaskSource, got {type(tasks).__name__}")
+    if tasks is not None and synthetic is not None:  # questions from elsewhere about the synthetic world
+        passages = generate_encyclopedia(encyclopedia_config(synthetic)).passages
     if isinstance(corpus, (str, Path)):
         path = Path(corpus)
         if not path.is_file():

@@ -189,9 +189,11 @@ def validation_tasks_of_run(args: argparse.Namespace) -> str | None:
 
     A run that validated on a task source (``eval.data``, or a ``env.data`` it held tasks out of): its validation
     tasks (:func:`drmas_train.run.env_setup.run_validation_tasks`, rebuilt from its ``config.yaml``) are written to
-    ``<out>/validation_tasks.jsonl`` and become ``args.data``. A run that validated on the env's own tasks (its first
-    ``eval.size``): ``args.limit`` becomes ``eval.size`` unless given. A run without validation (``eval.every: 0``)
-    or with ``--data`` given: nothing changes (None).
+    ``<out>/validation_tasks.jsonl`` and become ``args.data``. So are held-out questions a run's env generated (the
+    search envs' synthetic encyclopedia, another question seed); they are played about the same synthetic world
+    (``--env-kwarg synthetic={}`` is added when the run's env kwargs name no world, so the default one is kept). A
+    run that validated on the env's own tasks (its first ``eval.size``): ``args.limit`` becomes ``eval.size``
+    unless given. A run without validation (``eval.every: 0``) or with ``--data`` given: nothing changes (None).
 
     Raises:
         ConfigError: the run's config or its task source does not load.
@@ -206,16 +208,18 @@ def validation_tasks_of_run(args: argparse.Namespace) -> str | None:
     if not (cfg.eval.data or cfg.env.data):  # the env's own tasks: one env, as build_run builds it
         env = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs)))
         tasks, _ = validation_tasks(cfg, env.tasks, env)
-        if args.limit is None:
-            args.limit = cfg.eval.size
         own = {env.tasks[i].task_id for i in range(min(cfg.eval.size, len(env.tasks)))}
-        if tasks and {t.task_id for t in tasks} != own:
-            # held-out questions the env generated from another seed (the search envs' synthetic encyclopedia):
-            # the env takes no task file about its own synthetic world, so they cannot be passed as --data yet
-            return (f"tasks: the env's own first {args.limit}, which are TRAINING tasks: the run validated on "
-                    f"{len(tasks)} held-out questions its env generates, which crossplay cannot play yet")
-        return f"tasks: the env's own first {args.limit}, as the run validated on its first {cfg.eval.size}"
-    tasks = run_validation_tasks(cfg)
+        if not tasks or {t.task_id for t in tasks} == own:
+            if args.limit is None:
+                args.limit = cfg.eval.size
+            return f"tasks: the env's own first {args.limit}, as the run validated on its first {cfg.eval.size}"
+        # held-out questions the env generated from another seed: played from a file, about the same synthetic
+        # world, whose passages the env keeps as the corpus (SearchTextEnv's `synthetic` with `tasks` given)
+        given = [key for key, _ in getattr(args, "env_kwarg", None) or []]
+        if "synthetic" not in cfg.env.kwargs and "synthetic" not in given:
+            args.env_kwarg = [*(getattr(args, "env_kwarg", None) or []), ("synthetic", "{}")]
+    else:
+        tasks = run_validation_tasks(cfg)
     path = Path(args.out) / "validation_tasks.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks), encoding="utf-8")

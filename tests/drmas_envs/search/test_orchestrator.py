@@ -314,3 +314,18 @@ def test_generated_tasks_ask_other_questions_about_the_same_world():
     assert {t.extra["type"] for t in other} == {"single"}  # the same question mix
     assert [t.question for t in other] != [t.question for t in own][:40]
     assert tiny_env().unwrapped.generated_tasks(1, 10) is None  # tasks from a source: nothing to draw from
+
+
+def test_tasks_given_with_a_synthetic_world_are_asked_about_that_world():
+    """tasks=... with synthetic=...: the given questions (here the world's held-out ones, as crossplay plays them
+    from a file) are the tasks, and the world's passages are the corpus that answers them."""
+    world = {"num_questions": 50, "hops": [1], "comparison_fraction": 0.0}
+    trained = drmas_envs.make(ENV_ID, synthetic=world).unwrapped
+    held_out = trained.generated_tasks(10_000, 8)
+    env = drmas_envs.make(ENV_ID, tasks=held_out, synthetic=world).unwrapped
+    assert [env.tasks[i].task_id for i in range(len(env.tasks))] == [held_out[i].task_id for i in range(8)]
+    assert [p.text for p in env.retriever.passages] == [p.text for p in trained.retriever.passages]
+    title = held_out[0].extra["supporting_titles"][0]
+    hits = env.retriever.search([title], 1)[0]
+    assert hits[0].title == title  # the supporting passage is found in the world's corpus
+    assert env.generated_tasks(10_000, 8) is None  # questions from a source: nothing to draw from

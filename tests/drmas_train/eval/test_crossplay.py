@@ -202,17 +202,53 @@ def test_validation_tasks_of_a_procedural_run_are_its_held_out_ones(tmp_path):
     assert args.data == [str(tmp_path / "out" / "validation_tasks.jsonl")]
 
 
-def test_a_run_validated_on_env_generated_questions_is_said_to_play_training_tasks(tmp_path):
-    """The search quickstart validates on held-out questions its env generates (another question seed); the env
-    takes no task file about its own synthetic world, so crossplay plays the env's own (training) tasks and says so."""
+def test_a_run_validated_on_env_generated_questions_plays_them_about_the_same_world(tmp_path):
+    """The search quickstart validates on held-out questions its env generates (question seed = seed + 10000):
+    crossplay writes exactly those (none a training question) and plays them as --data, with the run's synthetic
+    world as their corpus, so a cell's env asks the questions the trainer validated on, about the same passages."""
+    import argparse
+
+    import drmas_envs
+    from drmas_train.eval.evaluate import _make_env
+    from drmas_train.run.config import load_config, to_yaml
+    from drmas_train.run.env_setup import run_validation_tasks
+
+    cfg = load_config("quickstart_search", [f"run.dir={tmp_path / 'run'}"])
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text(to_yaml(cfg))
+    args = argparse.Namespace(run=str(tmp_path / "run"), out=str(tmp_path / "out"), data=[], limit=None, env_kwarg=[])
+    note = crossplay_cmd.validation_tasks_of_run(args)
+    path = tmp_path / "out" / "validation_tasks.jsonl"
+    assert note == f"tasks: the run's 16 validation tasks, written to {path} (--data plays others)"
+    assert args.data == [str(path)] and args.limit is None
+    assert args.env_kwarg == []  # the run's env kwargs name its world (synthetic=...): nothing to add
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    validated = run_validation_tasks(cfg)
+    assert [r["task_id"] for r in rows] == [t.task_id for t in validated]
+    assert all(r["task_id"].startswith(f"synth-{cfg.seed}q{cfg.seed + 10_000}-") for r in rows)
+    train = drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs)).unwrapped
+    assert not {r["question"] for r in rows} & {train.tasks[i].question for i in range(len(train.tasks))}
+
+    from drmas_envs.data import load_tasks
+
+    cell = _make_env(cfg.env.id, load_tasks(str(path)), dict(cfg.env.kwargs)).unwrapped
+    assert [cell.tasks[i].question for i in range(len(cell.tasks))] == [r["question"] for r in rows]
+    assert cell.tasks[0].answer == tuple(rows[0]["answer"])
+    assert [p.text for p in cell.retriever.passages] == [p.text for p in train.retriever.passages]
+
+
+def test_a_run_on_the_default_synthetic_world_keeps_it_when_its_questions_are_played_from_a_file(tmp_path):
+    """A run whose env kwargs name no synthetic world (the env's default one) still validated on generated
+    questions: crossplay adds --env-kwarg synthetic={} so the played file's questions keep that world's corpus."""
     import argparse
 
     from drmas_train.run.config import load_config, to_yaml
 
+    cfg = load_config("quickstart_search", [f"run.dir={tmp_path / 'run'}"])
+    cfg.env.kwargs = {k: v for k, v in cfg.env.kwargs.items() if k != "synthetic"}
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "config.yaml").write_text(to_yaml(load_config("quickstart_search", [f"run.dir={tmp_path / 'run'}"])))
-    args = argparse.Namespace(run=str(tmp_path / "run"), out=str(tmp_path / "out"), data=[], limit=None)
-    note = crossplay_cmd.validation_tasks_of_run(args)
-    assert note == ("tasks: the env's own first 16, which are TRAINING tasks: the run validated on 16 held-out "
-                    "questions its env generates, which crossplay cannot play yet")  # fmt: skip
-    assert args.limit == 16 and args.data == []
+    (tmp_path / "run" / "config.yaml").write_text(to_yaml(cfg))
+    args = argparse.Namespace(run=str(tmp_path / "run"), out=str(tmp_path / "out"), data=[], limit=None, env_kwarg=[])
+    crossplay_cmd.validation_tasks_of_run(args)
+    assert args.env_kwarg == [("synthetic", "{}")]
+    assert len((tmp_path / "out" / "validation_tasks.jsonl").read_text().splitlines()) == cfg.eval.size
