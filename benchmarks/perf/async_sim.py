@@ -845,7 +845,7 @@ def cpu_check(eta: int = 1) -> dict[str, Any]:
             "same_core": case(sync1, col), "two_cores_1_thread_each": case(sync1, split),
             "two_cores_both_threads": case(sync2, split),
             "measured_sync": "rollout 13-22 s, update 13-42 s per iteration, 2 threads, idle machine (docs/quickstart.md)",
-            "measured_async": "pending: the async mode is not built yet"}  # fmt: skip
+            "measured_async": "pending: run.mode async does not overlap generation and training yet"}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------- the CLI

@@ -231,6 +231,19 @@ def test_warning_fires_on_a_constructed_imbalanced_batch(tiny, caplog):
             in text
         )
         assert "algorithm.estimator=drmas" in text and "algorithm.grouping=prompt_agent" in text
+        # with advantages per agent (drmas, per_turn, or any estimator under a per-agent grouping) the advice changes
+        for est, grouping in (
+            ("drmas", None),
+            ("per_turn", None),
+            ("grpo", "prompt_agent"),
+            ("rloo", "prompt_agent_turn"),
+        ):
+            advice = new[0].message(est, grouping)
+            assert (
+                "although advantages are normalised per agent" in advice and "estimator=drmas" not in advice
+            )
+        for est, grouping in (("grpo", None), ("grpo_step", None), ("drmas", "prompt")):
+            assert "try algorithm.estimator=drmas" in new[0].message(est, grouping)
         assert health["health/runaway_agents"] == 1.0
         assert monitor.check(2, metrics)[1] == []  # still past the threshold: not repeated
         # the gradient of the same imbalanced batch: the verifier's share of |g|^2 runs away from its loss share
