@@ -145,7 +145,9 @@ def format_information(passages: Sequence[Passage], style: str = "reference") ->
     ``"reference"``: the Dr. MAS search tool's text, ``<information>`` + ``json.dumps({"result": ...})`` +
     ``</information>`` with ``Doc i: <contents>`` lines (``langfengQ/DrMAS
     agent_system/environments/env_package/search/third_party/skyrl_gym/tools/search.py:132-137,231-239`` and
-    ``envs/search/env.py:74``), or ``{"result": "No search results found."}`` when nothing matched.
+    ``envs/search/env.py:74``). A query with no passage gives ``{"result": ""}``, as there: the reference server
+    answers one (empty) list per query, so the tool's "No search results found." (``:238-239``, an empty outer
+    list) is never reached and its join of zero documents is empty.
     ``"search_r1"``: ``Doc i(Title: t) text`` lines (:func:`drmas_envs.search.retrievers.format_passages`).
     Passage text is untrusted: protocol tags in it are escaped (:func:`drmas_envs.search.parsing.neutralize_tags`).
 
@@ -156,10 +158,7 @@ def format_information(passages: Sequence[Passage], style: str = "reference") ->
         return f"<information>\n{format_passages(passages)}\n</information>"
     if style != "reference":
         raise ValueError(f"information_format must be one of {OPTION_CHOICES['information_format']}, got {style!r}")
-    if passages:
-        result = "".join(f"Doc {i}: {neutralize_tags(p.contents.strip())}\n" for i, p in enumerate(passages, 1))
-    else:
-        result = "No search results found."
+    result = "".join(f"Doc {i}: {neutralize_tags(p.contents.strip())}\n" for i, p in enumerate(passages, 1))
     return "<information>" + json.dumps({"result": result}) + "</information>"
 
 

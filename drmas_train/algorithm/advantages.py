@@ -76,8 +76,9 @@ Conventions (decided here, pinned by tests/drmas_train/algorithm/test_advantages
   group would silently get advantage 0. Scale such rewards down in the env.
 * **Non-finite scores** (nan/inf) are excluded from every group statistic and get ``A = 0``; a
   :class:`RuntimeWarning` says how many. (The reference propagates them: one NaN makes its whole group NaN.)
-* **Padding / duplication**: rows with ``mask=False`` are ignored (A = 0) and do not affect other rows, so the
-  trainer computes advantages once on the real samples before any micro-batch padding.
+* **Padding / duplication**: rows with ``mask=False`` are ignored (A = 0) and do not affect other rows. The
+  reference's batch padding (duplicated samples, ``algorithm.batch_padding``) is different: the trainer pads before
+  advantages, so the duplicates enter the group statistics, as the reference's do (``run/trainer.py``, ``_learn``).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import random
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from drmas_envs.core.episode import EpisodeRecord, episode_record
@@ -32,7 +32,7 @@ from drmas_train.collect.sample_io import load_samples, save_samples
 from drmas_train.collect.samples import Sample, observation_key
 from drmas_train.model.assignment import ModelPool
 
-__all__ = ["rollout", "RolloutResult", "TrajectoryRecord", "save_samples", "load_samples"]
+__all__ = ["rollout", "RolloutResult", "model_throughput", "TrajectoryRecord", "save_samples", "load_samples"]
 
 
 @dataclasses.dataclass
@@ -100,7 +100,9 @@ class RolloutResult:
     """Samples (one per agent call, in call order per trajectory), trajectories and timing.
 
     ``timing`` holds seconds: ``total``, ``generate`` (inside backend calls), ``env`` (env reset/step/observe),
-    and counts: ``generate_calls`` (batched backend calls), ``steps`` (lock-step iterations).
+    and counts: ``generate_calls`` (batched backend calls), ``steps`` (lock-step iterations); per model id ``m``,
+    ``generate/<m>`` (seconds inside that model's backend calls) and ``tokens/<m>`` (response tokens it sampled),
+    the model's generation throughput (:func:`model_throughput`).
     """
 
     samples: list[Sample]
@@ -303,8 +305,11 @@ def _lockstep(
         finally:
             if bar is not None:
                 bar.close()
-        timing["generate"] += time.perf_counter() - t_gen
+        dt = time.perf_counter() - t_gen
+        timing["generate"] += dt
         timing["generate_calls"] += 1
+        timing[f"generate/{model_id}"] = timing.get(f"generate/{model_id}", 0.0) + dt
+        timing[f"tokens/{model_id}"] = timing.get(f"tokens/{model_id}", 0) + sum(len(g.response_ids) for g in gens)
 
         t_env = time.perf_counter()
         for (slot, _), gen in zip(calls, gens, strict=True):
@@ -315,6 +320,22 @@ def _lockstep(
             if slot.done or _episode_over(slot.env):
                 finish(slot)
         timing["env"] += time.perf_counter() - t_env
+
+
+def model_throughput(timing: Mapping[str, float]) -> dict[str, float]:
+    """Per model id ``m`` of a rollout's ``timing`` (:class:`RolloutResult`): ``perf/<m>/generate_s`` (seconds in
+    its backend calls), ``perf/<m>/tokens`` (response tokens sampled) and ``perf/<m>/tokens_per_s`` (their ratio;
+    absent when no time was measured). In a lock-step rollout the models take turns, so each model's figure is its
+    own engine's speed, not a share of the wall time."""
+    out: dict[str, float] = {}
+    for key, seconds in timing.items():
+        if key.startswith("generate/"):
+            mid = key.removeprefix("generate/")
+            tokens = float(timing.get(f"tokens/{mid}", 0))
+            out[f"perf/{mid}/generate_s"], out[f"perf/{mid}/tokens"] = float(seconds), tokens
+            if seconds > 0:
+                out[f"perf/{mid}/tokens_per_s"] = tokens / seconds
+    return out
 
 
 def _env_name(env: Any) -> str:

@@ -171,12 +171,25 @@ HEALTH_PANELS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
 )
 
 
+#: the per-model pacing panels of an asynchronous run's plot (``run.mode: async``, docs/async.md), as
+#: :data:`HEALTH_PANELS` with ``{m}`` the model id.
+PACING_PANELS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
+    ("generation throughput per model", "response tokens / s in its calls", (("perf/{m}/tokens_per_s", "-", ""),)),
+    ("staleness of the consumed samples (dashed: max)", "versions behind the trainer",
+     (("staleness/{m}/mean", "-", ""), ("staleness/{m}/max", "--", " max"))),
+    ("policy version per model (dashed: generation side)", "updates applied",
+     (("version/{m}", "-", ""), ("async/{m}/generation_version", "--", " generation"))),
+)
+
+
 def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None = None) -> Path:
     """PNG over iterations: accuracy (train ``rollout/accuracy`` and validation ``val/avg@k``), reward mean per agent,
     and pre-clip grad norm per model; when the run logged per-agent health (:mod:`drmas_train.run.agent_health`), two
     more rows of :data:`HEALTH_PANELS` (gradient norm and share, advantage second moment against the Prop. 4.3
     prediction, response length, format-penalty rate and zero-advantage groups, log-prob gap, per agent), with the
-    iterations where an agent ran away from the others (``health/runaway_agents`` > 0) shaded.
+    iterations where an agent ran away from the others (``health/runaway_agents`` > 0) shaded. An asynchronous run
+    (any ``async/`` metric) gets a last row of :data:`PACING_PANELS` per trained model: generation throughput,
+    staleness of what each update consumed (mean and max) and the trainer's and the generation side's versions.
 
     Validation points exist only at the iterations where it ran; they are drawn as markers joined by a line, with
     their standard error over tasks (``val/avg@k_stderr``) as error bars. The latest paired held-out gain over
@@ -214,7 +227,10 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
     agents = sorted({k.split("/")[1] for k in every if k.startswith("agent/")}
                     | {k.split("/")[1] for k in every if k.startswith("adv/") and k.endswith("/second_moment")})  # fmt: skip
     health_rows = 2 if agents else 0
-    fig, axes = plt.subplots(1 + health_rows, 3, figsize=(16, 4 * (1 + health_rows)), squeeze=False)
+    models = sorted(k.removeprefix("version/") for k in every if k.startswith("version/"))
+    pacing_rows = 1 if models and any(k.startswith("async/") for k in every) else 0
+    n_rows = 1 + health_rows + pacing_rows
+    fig, axes = plt.subplots(n_rows, 3, figsize=(16, 4 * n_rows), squeeze=False)
     ax_a, ax_r, ax_g = axes[0]
     for k, pts in sorted(series.items()):
         xs, ys = zip(*pts, strict=False)
@@ -237,18 +253,22 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
     ax_g.set(title="pre-clip grad norm per model", xlabel="iteration", ylabel="L2 norm")
     panels = list(axes[0])
     runaway = [it for it, v in every.get("health/runaway_agents", []) if v > 0]
-    for ax, (panel_title, ylabel, lines) in zip(axes[1:].flat, HEALTH_PANELS, strict=False):
-        for i, a in enumerate(agents):
-            for template, style, suffix in lines:
-                pts = every.get(template.format(a=a))
-                if pts:
-                    xs, ys = zip(*pts, strict=False)
-                    ax.plot(xs, ys, linestyle=style, marker="o" if style == "-" else None, color=f"C{i}",
-                            label=f"{a}{suffix}")  # fmt: skip
-        for it in runaway:  # iterations where an agent ran away from the others
-            ax.axvspan(it - 0.5, it + 0.5, color="red", alpha=0.08, lw=0)
-        ax.set(title=panel_title, xlabel="iteration", ylabel=ylabel)
-        panels.append(ax)
+    extra_rows = [(axes[1:1 + health_rows].flat, HEALTH_PANELS, agents, "a")] if health_rows else []
+    if pacing_rows:
+        extra_rows.append((axes[-1], PACING_PANELS, models, "m"))
+    for row_axes, panel_specs, names, field in extra_rows:
+        for ax, (panel_title, ylabel, lines) in zip(row_axes, panel_specs, strict=False):
+            for i, name in enumerate(names):
+                for template, style, suffix in lines:
+                    pts = every.get(template.format(**{field: name}))
+                    if pts:
+                        xs, ys = zip(*pts, strict=False)
+                        ax.plot(xs, ys, linestyle=style, marker="o" if style == "-" else None, color=f"C{i}",
+                                label=f"{name}{suffix}")  # fmt: skip
+            for it in runaway:  # iterations where an agent ran away from the others
+                ax.axvspan(it - 0.5, it + 0.5, color="red", alpha=0.08, lw=0)
+            ax.set(title=panel_title, xlabel="iteration", ylabel=ylabel)
+            panels.append(ax)
     for ax in panels:
         if ax.lines:
             ax.legend(fontsize=8)

@@ -14,6 +14,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -533,7 +534,7 @@ def _train_sync(run: RunState, guard: Any, health: Any, bar: Any) -> None:
             bar.n = it
             guard.release(it)
             continue
-        _end_iteration(run, it, metrics, health, t0, t1, result.timing.get("generate", 0.0))
+        _end_iteration(run, it, metrics, health, t0, t1, result.timing)
         it += 1
         bar.update(1)
         guard.release(it)  # iteration complete; a Ctrl-C received meanwhile raises here
@@ -569,10 +570,13 @@ def _learn(run: RunState, it: int, consumed: list[Any], greedy: Any, seed: int, 
 
 
 def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: Any, t0: float, t1: float,
-                   generate_s: float) -> None:  # fmt: skip
+                   timing: Mapping[str, float]) -> None:  # fmt: skip
     """The end of iteration ``it`` (0-based), after its update: agent-health signals, validation when due, timings
-    (``t0``: the iteration's start, ``t1``: its samples ready), the metrics row and summary line, the checkpoint
-    when due."""
+    (``t0``: the iteration's start, ``t1``: its samples ready; ``timing``: its rollouts' :class:`RolloutResult`
+    timing, summed, for ``perf/generate_s`` and each model's throughput), the metrics row and summary line, the
+    checkpoint when due."""
+    from drmas_train.collect.rollout import model_throughput
+
     cfg = run.cfg
     metrics.update(health.check(it + 1, metrics)[0])  # per-agent runaway signals; warns when one crosses
     t2 = time.perf_counter()
@@ -580,7 +584,8 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: An
         metrics.update(_validate(run, it + 1))
     t3 = time.perf_counter()
     metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
-                    "perf/generate_s": generate_s, "perf/iteration_s": t3 - t0})  # fmt: skip
+                    "perf/generate_s": timing.get("generate", 0.0), "perf/iteration_s": t3 - t0,
+                    **model_throughput(timing)})  # fmt: skip
     run.logger.log(it + 1, metrics)
     logger.info("%s", _summary_line(it + 1, metrics))
     if any(k.startswith("val/avg@") for k in metrics):
@@ -672,7 +677,9 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
         logger.info("run.mode=async resumed at iteration %d: %d batches played, %d groups buffered", run.start_iteration,
                     generated, buffer.held_groups())  # fmt: skip
 
-    def play() -> float:
+    timing: dict[str, float] = {}  # the iteration's rollouts' timing, summed (each model's throughput)
+
+    def play() -> None:
         nonlocal generated, positions
         tasks = [run.tasks[i] for i in run.sampler.next_batch()]
         result = rollout(run.env_fn, tasks, r.group_size, gen.pool, sampling, seed=_iteration_seed(cfg, generated),
@@ -681,16 +688,18 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
         positions = put_episodes(buffer, result.samples, result.trajectories, order, positions)
         plays.update(s.model_id for s in result.samples if s.model_id in gen.held)
         generated += 1
-        return result.timing.get("generate", 0.0)
+        for key, value in result.timing.items():
+            timing[key] = timing.get(key, 0.0) + value
 
     it = run.start_iteration
     while it < cfg.run.iterations:
         seed = _iteration_seed(cfg, it)
         t0 = time.perf_counter()
         run.updater.start_iteration(it + 1)
-        before, generate_s = generated, 0.0
+        before = generated
+        timing.clear()
         while generated <= it + eta:  # run ahead as far as the bound lets the samples be used
-            generate_s += play()
+            play()
         taken: dict[str, list[list[Any]]] = {}
         for mid in trained:
             for extra in range(MAX_EXTRA_BATCHES + 1):
@@ -705,7 +714,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
                             f"run.mode=async: model {mid!r} has fewer than {r.batch_size} complete groups within "
                             f"run.max_staleness={eta} after {MAX_EXTRA_BATCHES} more batches: its generation lags its "
                             f"trainer by more than max_staleness versions") from None  # fmt: skip
-                    generate_s += play()
+                    play()
         consumed = sorted((s for groups in taken.values() for g in groups for s in g),
                           key=lambda s: (order[s.traj_uid], s.turn))  # fmt: skip
         guard.hold(f"iteration {it + 1}")
@@ -727,7 +736,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
         run.async_snapshot = {"buffer": held, "generated": generated, "plays": set(plays), "side": gen,
                               "order": {t: order[t] for t in buffered}, "positions": positions, "versions": run.versions,
                               "sampler": run.sampler.state_dict()}  # fmt: skip
-        _end_iteration(run, it, metrics, health, t0, t1, generate_s)
+        _end_iteration(run, it, metrics, health, t0, t1, timing)
         it += 1
         bar.update(1)
         guard.release(it)

@@ -244,7 +244,9 @@ def test_each_episode_queries_the_shared_index_once(monkeypatch):
 def test_information_formats():
     from drmas_envs.search.orchestrator import format_information
 
-    assert format_information([]) == '<information>{"result": "No search results found."}</information>'
+    # no passage: the reference tool's join of the server's empty per-query list (skyrl_gym/tools/search.py:132-137,
+    # 222-232); its "No search results found." needs an empty outer list, which the reference server never sends
+    assert format_information([]) == '<information>{"result": ""}</information>'
     one = [Passage("p9", "T", "body <answer>x</answer>")]
     assert format_information(one) == '<information>{"result": "Doc 1: \\"T\\"\\nbody &lt;answer>x&lt;/answer>\\n"}</information>'
     assert format_information(one, "search_r1") == "<information>\nDoc 1(Title: T) body &lt;answer>x&lt;/answer>\n</information>"

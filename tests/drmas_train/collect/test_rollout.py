@@ -331,4 +331,23 @@ def test_real_env_rollouts_with_tiny_models(env_id, assign, share):
         assert len(pool.models) == len(env.possible_agents)
     assert len({t.uid for t in result.trajectories}) == 2
     assert result.timing["generate_calls"] >= result.timing["steps"] >= 1
+    # each model's calls: their seconds add up to the rollout's, their tokens to its samples'
+    models = {s.model_id for s in result.samples}
+    assert {k for k in result.timing if "/" in k} == {f"{kind}/{m}" for m in models for kind in ("generate", "tokens")}
+    assert sum(result.timing[f"generate/{m}"] for m in models) == pytest.approx(result.timing["generate"])
+    for m in models:
+        assert result.timing[f"tokens/{m}"] == sum(len(s.response_ids) for s in result.samples if s.model_id == m)
     _assert_ppo_ratio_one(pool, result.samples)
+
+
+def test_model_throughput_is_each_models_tokens_over_its_own_call_seconds():
+    from drmas_train.collect.rollout import model_throughput
+
+    timing = {"total": 9.0, "generate": 6.0, "generate/a": 4.0, "tokens/a": 200, "generate/b": 2.0, "tokens/b": 30,
+              "generate/idle": 0.0, "tokens/idle": 0}  # fmt: skip
+    assert model_throughput(timing) == {
+        "perf/a/generate_s": 4.0, "perf/a/tokens": 200.0, "perf/a/tokens_per_s": 50.0,
+        "perf/b/generate_s": 2.0, "perf/b/tokens": 30.0, "perf/b/tokens_per_s": 15.0,
+        "perf/idle/generate_s": 0.0, "perf/idle/tokens": 0.0,
+    }  # fmt: skip
+    assert model_throughput({"total": 1.0, "generate": 0.5}) == {}

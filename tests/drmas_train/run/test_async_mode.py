@@ -54,6 +54,9 @@ def test_async_at_staleness_0_is_the_sync_run_bit_for_bit(tmp_path, models):
         assert {k: s[k] for k in compared} == {k: a[k] for k in compared}
         assert a["async/generated_batches"] == 1.0 and a["async/buffer_groups"] == 0.0
         assert all(a[k] == 0.0 for k in a if k.endswith("/dropped_groups"))
+        tokens = [k for k in s if k.startswith("perf/") and k.endswith("/tokens")]  # one per model, the same batch
+        assert tokens and {k: s[k] for k in tokens} == {k: a[k] for k in tokens}
+        assert all(a[k.removesuffix("tokens") + "tokens_per_s"] > 0 for k in tokens)
     for k in (1, 2):
         name = f"iter_{k:06d}.jsonl"
         assert load_samples(sync_dir / "samples" / name) == load_samples(async_dir / "samples" / name)

@@ -45,3 +45,39 @@ def test_plot_of_an_empty_file_is_an_error(tmp_path):
     (tmp_path / "m.jsonl").write_text("")
     with pytest.raises(ValueError, match="holds no metrics rows"):
         plot_run(tmp_path / "m.jsonl", tmp_path / "x.png")
+
+
+def _figure_of(monkeypatch, rows, tmp_path) -> Figure:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figures = []
+    original = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), original(self, *a, **k))[1])
+    plot_run(path, tmp_path / "curves.png")
+    return figures[0]
+
+
+@pytest.mark.slow
+def test_an_async_run_gets_a_pacing_row_per_model_and_a_sync_run_does_not(tmp_path, monkeypatch):
+    """run.mode=async: throughput, staleness (mean, dashed max) and versions (dashed: the generation side's) per
+    trained model, drawn from exactly the logged points; a sync run (no async/ metric) keeps the one-row plot."""
+    rows = [
+        {"iteration": it, "rollout/accuracy": 0.1 * it, "perf/router/tokens_per_s": 50.0 + it,
+         "perf/answer/tokens_per_s": 10.0 + it, "staleness/router/mean": 0.0 if it == 1 else 0.5,
+         "staleness/router/max": 0.0 if it == 1 else 1.0, "staleness/answer/mean": 0.0, "staleness/answer/max": 0.0,
+         "version/router": float(it), "version/answer": float(it), "async/router/generation_version": float(it),
+         "async/answer/generation_version": float(it - 1), "async/generated_batches": 1.0}
+        for it in (1, 2, 3)
+    ]  # fmt: skip
+    fig = _figure_of(monkeypatch, rows, tmp_path)
+    assert len(fig.axes) == 6  # the top row and one pacing row (no per-agent health logged)
+    throughput, staleness, versions = fig.axes[3:]
+    assert throughput.get_title() == "generation throughput per model"
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in throughput.lines}
+    assert lines == {"answer": [11.0, 12.0, 13.0], "router": [51.0, 52.0, 53.0]}
+    lines = {ln.get_label(): (list(ln.get_ydata()), ln.get_linestyle()) for ln in staleness.lines}
+    assert lines["router"] == ([0.0, 0.5, 0.5], "-") and lines["router max"] == ([0.0, 1.0, 1.0], "--")
+    lines = {ln.get_label(): list(ln.get_ydata()) for ln in versions.lines}
+    assert lines["answer generation"] == [0.0, 1.0, 2.0] and lines["router"] == [1.0, 2.0, 3.0]
+    sync = [{k: v for k, v in r.items() if not k.startswith("async/")} for r in rows]
+    assert len(_figure_of(monkeypatch, sync, tmp_path).axes) == 3

@@ -62,6 +62,10 @@ def test_short_run_writes_namespaced_metrics_tensorboard_plot(tmp_path):
 
     saved = load_samples(run_dir / "samples" / "iter_000002.jsonl")
     assert len(saved) == 2 * 8 * 2 and {s.agent_id for s in saved} == {"a", "b"}  # N x G x 2 agents
+    # the model's generation throughput: the iteration's sampled tokens over the seconds of its calls
+    assert rows[-1]["perf/m/tokens"] == sum(len(s.response_ids) for s in saved)
+    assert rows[-1]["perf/m/tokens_per_s"] == pytest.approx(rows[-1]["perf/m/tokens"] / rows[-1]["perf/m/generate_s"])
+    assert rows[-1]["perf/m/generate_s"] == pytest.approx(rows[-1]["perf/generate_s"])
 
 
 def test_env_agent_without_model_fails_before_any_model_loads(tmp_path):
