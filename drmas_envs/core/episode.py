@@ -7,7 +7,7 @@ penalty, per-call score) and the outcome (reward, won, metrics, truncation, per-
 :class:`~drmas_envs.core.task.Task` (id, data source, question, ground truth).
 
 Consumers build their own shapes as views of this record: ``drmas_train.collect.rollout`` adds the token-level fields
-(:class:`~drmas_train.collect.samples.Sample`), ``drmas_train.evaluation`` writes result rows and
+(:class:`~drmas_train.collect.samples.Sample`), ``drmas_train.eval`` writes result rows and
 :mod:`drmas_envs.wrappers.dataset_export` writes per-agent TRL rows. None of them reads env internals or
 ``infos`` keys. The AEC API is unchanged: the record is an addition.
 
