@@ -17,7 +17,7 @@ Then the protocol's outcomes per setting:
 Writes ``results.json`` (every run's record plus ``paper_effect``: the outcomes above), the leaderboard of the six
 arms, and prints one JSON object. Exit codes as ``estimators.py``: 0 ok, 1 a run failed, 2 bad arguments.
 
-    python benchmarks/paper_effect/run.py                         # the protocol: 18 runs, 4-7 h on 2 cores
+    python benchmarks/paper_effect/run.py                         # the protocol: 18 runs, 8-11 h on 2 cores
     python benchmarks/paper_effect/run.py --jobs 2                # two at a time on an idle 2-core machine
     python benchmarks/paper_effect/run.py --settings math_nonsharing --iterations 1 --out runs/pe_smoke \\
         models.solver_model.name_or_path=tiny-llama models.verifier_model.name_or_path=tiny-llama  # a smoke run
