@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from drmas_train.collect.config import FILTER_METRICS
-from drmas_train.collect.rollout import RolloutResult
+from drmas_train.collect.rollout import RolloutResult, merge_timing
 
 __all__ = ["FILTER_METRICS", "DynamicBatch", "groups_with_spread", "dynamic_sampling"]
 
@@ -110,10 +110,7 @@ def dynamic_sampling(
         logger.warning("dynamic sampling: %d of %d prompt groups with a reward spread after %d rollouts "
                        "(rollout.filter_groups_max_batches); training on those", with_spread, target_groups, k)  # fmt: skip
     chosen = set(kept_uids[:target_groups])
-    timing: dict[str, float] = {}
-    for part in parts:
-        for key, value in part.timing.items():
-            timing[key] = timing.get(key, 0.0) + value
+    timing = merge_timing(p.timing for p in parts)
     merged = RolloutResult(
         [s for p in parts for s in p.samples if s.uid in chosen],
         [t for p in parts for t in p.trajectories if t.uid in chosen],

@@ -22,7 +22,7 @@ import random
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from drmas_envs.core.episode import EpisodeRecord, episode_record
@@ -32,7 +32,7 @@ from drmas_train.collect.sample_io import load_samples, save_samples
 from drmas_train.collect.samples import Sample, observation_key
 from drmas_train.model.assignment import ModelPool
 
-__all__ = ["rollout", "RolloutResult", "model_throughput", "TrajectoryRecord", "save_samples", "load_samples"]
+__all__ = ["rollout", "RolloutResult", "merge_timing", "model_throughput", "TrajectoryRecord", "save_samples", "load_samples"]
 
 
 @dataclasses.dataclass
@@ -320,6 +320,16 @@ def _lockstep(
             if slot.done or _episode_over(slot.env):
                 finish(slot)
         timing["env"] += time.perf_counter() - t_env
+
+
+def merge_timing(timings: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """The key-wise sum of several rollouts' ``timing`` (:class:`RolloutResult`): seconds, counts and per-model
+    entries of rollouts that together make one batch (dynamic sampling's draws, an async iteration's batches)."""
+    out: dict[str, float] = {}
+    for timing in timings:
+        for key, value in timing.items():
+            out[key] = out.get(key, 0.0) + value
+    return out
 
 
 def model_throughput(timing: Mapping[str, float]) -> dict[str, float]:

@@ -641,7 +641,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     from drmas_train.backends.base import SamplingParams
     from drmas_train.backends.factory import make_backend
     from drmas_train.collect.group_buffer import GroupBuffer
-    from drmas_train.collect.rollout import rollout, save_samples
+    from drmas_train.collect.rollout import merge_timing, rollout, save_samples
     from drmas_train.model.adapters import split_model_id
     from drmas_train.run.async_generation import GenerationSide, put_episodes, read_async_state
     from drmas_train.run.checkpoint import latest_checkpoint
@@ -677,7 +677,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
         logger.info("run.mode=async resumed at iteration %d: %d batches played, %d groups buffered", run.start_iteration,
                     generated, buffer.held_groups())  # fmt: skip
 
-    timing: dict[str, float] = {}  # the iteration's rollouts' timing, summed (each model's throughput)
+    timings: list[dict[str, float]] = []  # the iteration's rollouts' timing (perf/generate_s, each model's throughput)
 
     def play() -> None:
         nonlocal generated, positions
@@ -688,8 +688,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
         positions = put_episodes(buffer, result.samples, result.trajectories, order, positions)
         plays.update(s.model_id for s in result.samples if s.model_id in gen.held)
         generated += 1
-        for key, value in result.timing.items():
-            timing[key] = timing.get(key, 0.0) + value
+        timings.append(result.timing)
 
     it = run.start_iteration
     while it < cfg.run.iterations:
@@ -697,7 +696,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
         t0 = time.perf_counter()
         run.updater.start_iteration(it + 1)
         before = generated
-        timing.clear()
+        timings.clear()
         while generated <= it + eta:  # run ahead as far as the bound lets the samples be used
             play()
         taken: dict[str, list[list[Any]]] = {}
@@ -736,7 +735,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
         run.async_snapshot = {"buffer": held, "generated": generated, "plays": set(plays), "side": gen,
                               "order": {t: order[t] for t in buffered}, "positions": positions, "versions": run.versions,
                               "sampler": run.sampler.state_dict()}  # fmt: skip
-        _end_iteration(run, it, metrics, health, t0, t1, timing)
+        _end_iteration(run, it, metrics, health, t0, t1, merge_timing(timings))
         it += 1
         bar.update(1)
         guard.release(it)

@@ -351,3 +351,13 @@ def test_model_throughput_is_each_models_tokens_over_its_own_call_seconds():
         "perf/idle/generate_s": 0.0, "perf/idle/tokens": 0.0,
     }  # fmt: skip
     assert model_throughput({"total": 1.0, "generate": 0.5}) == {}
+
+
+def test_merge_timing_sums_every_key_of_every_part():
+    from drmas_train.collect.rollout import merge_timing
+
+    parts = [{"total": 1.0, "generate": 0.5, "generate/a": 0.5, "tokens/a": 10},
+             {"total": 2.0, "generate": 1.5, "generate/b": 1.5, "tokens/b": 4, "tokens/a": 0}]  # fmt: skip
+    assert merge_timing(parts) == {"total": 3.0, "generate": 2.0, "generate/a": 0.5, "tokens/a": 10.0,
+                                   "generate/b": 1.5, "tokens/b": 4.0}  # fmt: skip
+    assert merge_timing([]) == {}
