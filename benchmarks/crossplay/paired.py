@@ -19,7 +19,7 @@ Prints one JSON object:
 
     python benchmarks/crossplay/paired.py runs/crossplay/search_s8 runs/crossplay/search_s0
 
-Raises (exit 2 with one line): a folder without ``crossplay.json``, or a cell without ``episodes.jsonl``.
+Raises (exit 2 with one line): a folder without ``crossplay.json``, or a cell that is not a complete results directory.
 """
 
 from __future__ import annotations
@@ -32,12 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_train.eval.metrics import group_correct, mean_stderr, per_agent_stats
-
-
-def _read_episodes(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file (is this a finished crossplay cell?)")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+from drmas_train.eval.results import load_run
 
 
 def _iteration(player: dict[str, Any]) -> int:
@@ -53,7 +48,8 @@ def load_cells(folders: list[str | Path]) -> tuple[list[str], list[dict[str, Any
         "episodes": [rows], "folder": str, "iteration": {role: its player's training iteration}}``.
 
     Raises:
-        FileNotFoundError: a folder without ``crossplay.json`` or a cell without ``episodes.jsonl``.
+        FileNotFoundError: a folder without ``crossplay.json``.
+        ResultsError: a cell that is not a complete results directory (:func:`drmas_train.eval.results.load_run`).
     """
     roles: list[str] = []
     cells: list[dict[str, Any]] = []
@@ -76,7 +72,7 @@ def load_cells(folders: list[str | Path]) -> tuple[list[str], list[dict[str, Any
                 if key in seen:
                     continue
                 seen.add(key)
-                episodes = _read_episodes(folder / cell["result_dir"] / "episodes.jsonl")
+                episodes = load_run(folder / cell["result_dir"]).episodes  # a drmas eval results directory
                 won = group_correct(episodes, "won")
                 cells.append({"assignment": assignment, "episodes": episodes, "folder": str(folder),
                               "scores": {t: sum(map(float, v)) / len(v) for t, v in won.items()},
@@ -132,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         out = summarize(args.folders)
-    except (FileNotFoundError, KeyError, ValueError) as err:
+    except (FileNotFoundError, KeyError, ValueError) as err:  # ResultsError is a ValueError
         print(f"paired.py: {err}", file=sys.stderr)
         return 2
     print(json.dumps(out, indent=1))

@@ -215,9 +215,9 @@ def validation_tasks_of_run(args: argparse.Namespace) -> str | None:
             return f"tasks: the env's own first {args.limit}, as the run validated on its first {cfg.eval.size}"
         # held-out questions the env generated from another seed: played from a file, about the same synthetic
         # world, whose passages the env keeps as the corpus (SearchTextEnv's `synthetic` with `tasks` given)
-        given = [key for key, _ in getattr(args, "env_kwarg", None) or []]
-        if "synthetic" not in cfg.env.kwargs and "synthetic" not in given:
-            args.env_kwarg = [*(getattr(args, "env_kwarg", None) or []), ("synthetic", "{}")]
+        given = list(getattr(args, "env_kwarg", None) or [])
+        if "synthetic" not in cfg.env.kwargs and "synthetic" not in {key for key, _ in given}:
+            args.env_kwarg = [*given, ("synthetic", "{}")]
     else:
         tasks = run_validation_tasks(cfg)
     path = Path(args.out) / "validation_tasks.jsonl"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from drmas_train.eval.results import episode_row, write_run
+from helpers.eval_rows import make_summary
 from helpers.scripts import load_script
 
 paired = load_script("benchmarks/crossplay/paired.py", "crossplay_paired")
@@ -28,11 +30,13 @@ def _grid(
         row = []
         for j in range(2):
             cell = folder / "cells" / f"r{i}_c{j}"
-            cell.mkdir(parents=True)
-            lines = [json.dumps({"task_id": t, "sample_index": s, "won": w, "reward": float(w),
-                                 "calls": {"verifier": 1, "answer": 1}, "invalid_actions": {"verifier": i, "answer": 0}})
-                     for t, ws in won[i, j].items() for s, w in enumerate(ws)]  # fmt: skip
-            (cell / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+            episodes = [episode_row(run_id="r1", env_id="search-orchestrator-v0", data_source="synthetic", task_id=t,
+                                    sample_index=s, seed=s, policy="llm", agent_models={}, num_turns=2,
+                                    reward=float(w), won=w, returns={}, calls={"verifier": 1, "answer": 1},
+                                    invalid_actions={"verifier": i, "answer": 0}, tokens_in={}, tokens_out={},
+                                    wall_time_s=0.0)
+                        for t, ws in won[i, j].items() for s, w in enumerate(ws)]  # fmt: skip
+            write_run(cell, make_summary(episodes, k=len(next(iter(won[i, j].values())))), episodes)
             row.append({"result_dir": f"cells/r{i}_c{j}"})
         cells.append(row)
     meta = {"roles": {"rows": "verifier", "cols": "answer"}, "rows": rows, "cols": cols,
