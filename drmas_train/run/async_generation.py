@@ -32,18 +32,23 @@ from drmas_train.collect.group_buffer import GroupBuffer
 from drmas_train.model.assignment import ModelPool
 from drmas_train.run.policy_versions import PolicyVersions
 
-__all__ = ["GenerationSide", "put_episodes", "write_async_state", "read_async_state", "ASYNC_STATE_DIR"]
+__all__ = ["GenerationSide", "FrozenSide", "put_episodes", "write_async_state", "read_async_state", "ASYNC_STATE_DIR"]
 
 
 class GenerationSide:
     """Snapshots of the trained models' weights, their versions, and the pool that generates with them.
 
     Args:
-        pool: the trainer's pool (its modules are copied once; its frozen models and tokenizers are shared).
+        pool: the trainer's pool (its trained modules are copied once; its frozen models and tokenizers are shared
+            unless ``isolate``).
         versions: the trainer's versions now (the snapshots start at these).
         make_backend: ``LoadedModel -> Backend``, as the trainer's pool was built (``models.<key>.backend``).
         push_every: ``{model_id: k}``: push that model's weights after every k-th of its updates (default 1, every
             update). A model pushed less often generates with older weights: its samples are staler.
+        isolate: give the generation side its own copy of every tokenizer and of every frozen module too
+            (``run.overlap``: the trainer's validation and the generation thread run at the same time, and neither a
+            tokenizer nor a module whose mode or active LoRA adapter a generate call switches is to be used from two
+            threads at once). Costs one more copy of each frozen model.
 
     Raises:
         ValueError: a ``push_every`` of a model that is not trained, or one < 1.
@@ -56,6 +61,7 @@ class GenerationSide:
         make_backend: Callable[[Any], Any],
         *,
         push_every: Mapping[str, int] | None = None,
+        isolate: bool = False,
     ) -> None:
         trained = set(versions.model_ids)
         for mid, k in (push_every or {}).items():
@@ -69,9 +75,19 @@ class GenerationSide:
             int, Any
         ] = {}  # id(trainer module) -> its snapshot (adapters of one base share theirs)
         models = {}
+        tokenizers: dict[int, Any] = {}  # id(tokenizer) -> the generation side's copy (isolate)
+        frozen: dict[int, Any] = {}  # id(frozen module) -> the generation side's copy (isolate)
         for mid, loaded in pool.models.items():
+            if isolate:
+                if id(loaded.tokenizer) not in tokenizers:
+                    tokenizers[id(loaded.tokenizer)] = copy.deepcopy(loaded.tokenizer)
+                loaded = dataclasses.replace(loaded, tokenizer=tokenizers[id(loaded.tokenizer)])
             if mid not in trained:
-                models[mid] = loaded  # frozen: never changes, never copied
+                if isolate:  # never changes, so never pushed; copied only to be used by one thread
+                    if id(loaded.model) not in frozen:
+                        frozen[id(loaded.model)] = copy.deepcopy(loaded.model)
+                    loaded = dataclasses.replace(loaded, model=frozen[id(loaded.model)])
+                models[mid] = loaded  # frozen: never changes, shared unless isolated
                 continue
             key = id(loaded.model)
             if key not in self._copies:
@@ -84,6 +100,8 @@ class GenerationSide:
             models, {mid: make_backend(m) for mid, m in models.items()}, dict(pool.agent_model_ids)
         )
         self.held = {mid: versions[mid] for mid in sorted(trained)}  # the version of each model's snapshot
+        self._staged: dict[int, dict[str, torch.Tensor]] = {}  # id(trainer module) -> weights copied, not yet loaded
+        self._staged_versions: dict[str, int] = {}  # model id -> the version its staged weights are
 
     def stamp(self, samples: list[Any]) -> None:
         """Each sample's ``policy_version`` := the version of the snapshot of its model (0 for frozen models)."""
@@ -98,34 +116,72 @@ class GenerationSide:
         Returns:
             the model ids whose snapshots changed (every adapter of a pushed base), sorted.
         """
-        due = {mid for mid in updated if mid in self.held and versions[mid] % self.push_every[mid] == 0}
         pushed: set[str] = set()
-        modules: set[int] = set()
-        for mid in sorted(due):
-            module = self._source.models[mid].model
-            if id(module) not in modules:
-                modules.add(id(module))
-                self._copies[id(module)].load_state_dict(module.state_dict())
-                pushed |= {p for p in self.held if self._source.models[p].model is module}
+        for module, mids in self._due(versions, updated):
+            self._copies[id(module)].load_state_dict(module.state_dict())
+            pushed |= mids
         for mid in pushed:
             self.held[mid] = versions[mid]
         return sorted(pushed)
 
-    def lagging_weights(self, versions: PolicyVersions) -> dict[str, dict[str, torch.Tensor]]:
-        """``{model_id: state_dict}`` of each snapshot older than its trainer (a push schedule > 1), for a checkpoint;
-        snapshots equal to their trainer's weights are not returned (the checkpoint's model weights are theirs)."""
-        out: dict[str, dict[str, torch.Tensor]] = {}
-        for mid, v in self.held.items():
-            if v != versions[mid] and not any(
-                self._source.models[o].model is self._source.models[mid].model for o in out
-            ):
-                out[mid] = self._copies[id(self._source.models[mid].model)].state_dict()
+    def _due(self, versions: PolicyVersions, updated: set[str]) -> list[tuple[Any, set[str]]]:
+        """``[(trainer module, every model id on it)]`` of the updated models whose push schedule says push now."""
+        due = {mid for mid in updated if mid in self.held and versions[mid] % self.push_every[mid] == 0}
+        out: list[tuple[Any, set[str]]] = []
+        for mid in sorted(due):
+            module = self._source.models[mid].model
+            if all(module is not m for m, _ in out):
+                out.append((module, {p for p in self.held if self._source.models[p].model is module}))
         return out
+
+    @torch.no_grad()
+    def stage(self, versions: PolicyVersions, updated: set[str]) -> list[str]:
+        """:meth:`publish` in two halves, for a generation thread (``run.overlap``): copy the due weights now (the
+        trainer goes on updating its modules) and load them at :meth:`apply_staged`, which the generation thread
+        calls between batches. A later stage of the same module replaces an unloaded one.
+
+        Returns:
+            the model ids whose snapshots will change, sorted.
+        """
+        staged: set[str] = set()
+        for module, mids in self._due(versions, updated):
+            self._staged[id(module)] = {k: t.detach().clone() for k, t in module.state_dict().items()}
+            staged |= mids
+        self._staged_versions.update({mid: versions[mid] for mid in staged})
+        return sorted(staged)
+
+    @torch.no_grad()
+    def apply_staged(self) -> list[str]:
+        """Load the weights :meth:`stage` copied into the snapshots (their versions become the staged ones).
+
+        Returns:
+            the model ids whose snapshots changed, sorted.
+        """
+        for key, state in self._staged.items():
+            self._copies[key].load_state_dict(state)
+        changed = sorted(self._staged_versions)
+        self.held.update(self._staged_versions)
+        self._staged.clear()
+        self._staged_versions.clear()
+        return changed
+
+    def frozen(self, versions: PolicyVersions) -> FrozenSide:
+        """What a checkpoint keeps of the side now (:func:`write_async_state`), with a staged push counted as
+        loaded: the versions, and a copy of the weights of each snapshot still older than its trainer."""
+        held = {**self.held, **self._staged_versions}
+        lagging: dict[str, dict[str, torch.Tensor]] = {}
+        for mid, v in held.items():
+            module = self._source.models[mid].model
+            if v != versions[mid] and not any(self._source.models[o].model is module for o in lagging):
+                # a staged push counts as loaded: its weights are the staged copy, not the snapshot's yet
+                state = self._staged.get(id(module)) or self._copies[id(module)].state_dict()
+                lagging[mid] = {k: t.detach().clone() for k, t in state.items()}
+        return FrozenSide(held, lagging)
 
     @torch.no_grad()
     def restore(self, held: Mapping[str, int], weights: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
         """After a resume (the snapshots were copied from the resumed trainer weights): the versions the
-        checkpointed snapshots had, and the weights of those that lagged (:meth:`lagging_weights`)."""
+        checkpointed snapshots had, and the weights of those that lagged (:attr:`FrozenSide.lagging`)."""
         for mid, state in weights.items():
             self._copies[id(self._source.models[mid].model)].load_state_dict(state)
         self.held.update({mid: int(v) for mid, v in held.items() if mid in self.held})
@@ -133,6 +189,15 @@ class GenerationSide:
     def metrics(self) -> dict[str, float]:
         """``async/<model_id>/generation_version``: the version of each snapshot now."""
         return {f"async/{mid}/generation_version": float(v) for mid, v in self.held.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenSide:
+    """A :class:`GenerationSide` as a checkpoint keeps it (:meth:`GenerationSide.frozen`): each trained model's
+    snapshot version, and the weights of the snapshots older than their trainer."""
+
+    held: dict[str, int]
+    lagging: dict[str, dict[str, torch.Tensor]]  # model id -> state_dict (one per module: one of its adapters)
 
 
 def put_episodes(
@@ -167,8 +232,8 @@ def write_async_state(folder: Path, snapshot: Mapping[str, Any]) -> None:
 
     Args:
         snapshot: ``{"buffer": GroupBuffer.state_dict(), "generated": batches played, "order": {traj_uid: put
-            position} of the buffered episodes, "positions": the next put position, "plays": [model ids], "side": the GenerationSide, "versions":
-            PolicyVersions}``.
+            position} of the buffered episodes, "positions": the next put position, "plays": [model ids], "side": the
+            generation side as :meth:`GenerationSide.frozen` kept it}``.
     """
     from drmas_train.collect.sample_io import save_samples
 
@@ -187,9 +252,8 @@ def write_async_state(folder: Path, snapshot: Mapping[str, Any]) -> None:
              "positions": snapshot["positions"],
              "plays": sorted(snapshot["plays"]), "held": dict(side.held)}  # fmt: skip
     (out / "state.json").write_text(json.dumps(state))
-    lagging = side.lagging_weights(snapshot["versions"])
-    if lagging:
-        torch.save(lagging, out / "generation_weights.pt")
+    if side.lagging:
+        torch.save(side.lagging, out / "generation_weights.pt")
 
 
 def read_async_state(folder: Path) -> dict[str, Any] | None:

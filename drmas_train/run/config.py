@@ -118,6 +118,11 @@ class RunConfig:
     max_staleness: int = 0
     """``run.mode: async``: η, the most versions a consumed sample may lag its model's trainer (the same bound for
     every trained model); complete groups beyond it are dropped and counted. 0 = on-policy (async equals sync)."""
+    overlap: bool = False
+    """``run.mode: async``: play the batches in a generation thread of this process while the trainer updates
+    (``true``: generation and training overlap in time; at η >= 1 which weights a batch gets depends on timing, so
+    the run is not reproducible bit for bit) or inline in the trainer's thread (``false``: the deterministic
+    interleaved schedule). Each side uses ``run.num_threads`` torch threads. docs/async.md, "Overlap"."""
 
 
 @dataclass
@@ -314,7 +319,10 @@ def _validate_run_mode(cfg: TrainConfig) -> None:
     eta = cfg.run.max_staleness
     require(not isinstance(eta, bool) and isinstance(eta, int) and eta >= 0,
             f"run.max_staleness must be an int >= 0 (versions a consumed sample may lag), got {eta!r}")  # fmt: skip
+    require(isinstance(cfg.run.overlap, bool), f"run.overlap must be true or false, got {cfg.run.overlap!r}")
     if mode != "async":
+        require(not cfg.run.overlap, f"run.overlap=true with run.mode={mode!r}: overlap is the asynchronous loop's "
+                "generation thread; set run.mode=async (with run.max_staleness >= 1 for generation to run ahead)")  # fmt: skip
         return
     require(not cfg.distributed.enabled, "run.mode=async with distributed.enabled=true: the asynchronous loop runs on "
             "the single-process path only for now; use distributed.enabled=false or run.mode=sync")  # fmt: skip

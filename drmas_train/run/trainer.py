@@ -573,8 +573,9 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: An
                    timing: Mapping[str, float]) -> None:  # fmt: skip
     """The end of iteration ``it`` (0-based), after its update: agent-health signals, validation when due, timings
     (``t0``: the iteration's start, ``t1``: its samples ready; ``timing``: its rollouts' :class:`RolloutResult`
-    timing, summed, for ``perf/generate_s`` and each model's throughput), the metrics row and summary line, the
-    checkpoint when due."""
+    timing, summed, for ``perf/generate_s`` and each model's throughput; ``perf/elapsed_s``: the run's wall-clock
+    seconds so far (:meth:`RunState.elapsed`: from the end of model loading, earlier processes of a resumed run
+    included), the metrics row and summary line, the checkpoint when due."""
     from drmas_train.collect.rollout import model_throughput
 
     cfg = run.cfg
@@ -585,7 +586,7 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: An
     t3 = time.perf_counter()
     metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
                     "perf/generate_s": timing.get("generate", 0.0), "perf/iteration_s": t3 - t0,
-                    **model_throughput(timing)})  # fmt: skip
+                    "perf/elapsed_s": run.elapsed(), **model_throughput(timing)})  # fmt: skip
     run.logger.log(it + 1, metrics)
     logger.info("%s", _summary_line(it + 1, metrics))
     if any(k.startswith("val/avg@") for k in metrics):
@@ -603,18 +604,19 @@ MAX_EXTRA_BATCHES = 8
 
 
 def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every: dict[str, int] | None = None) -> None:
-    """The asynchronous loop (``run.mode: async``, docs/async.md), as one deterministic interleaved schedule.
+    """The asynchronous loop (``run.mode: async``, docs/async.md).
 
     A generation side (:class:`~drmas_train.run.async_generation.GenerationSide`) holds its own copy of every
     trained model's weights and plays batches of ``rollout.batch_size`` tasks x ``group_size`` episodes with it
     (batch k: the sampler's k-th draw, seed :func:`_iteration_seed` (k)), stamping every sample with the version of
     the copy, and puts each finished episode into a :class:`~drmas_train.collect.group_buffer.GroupBuffer` whose
-    bound is ``run.max_staleness`` (η) for every trained model. Before trainer step t (0-based; every trained
-    model's version is t when each updates every step) the generation side has played every batch k <= t + η:
-    it runs η batches ahead, as far as the bound lets samples be used (AReaL's rule, Fu et al. 2025,
-    arXiv 2505.24298, ``max_head_offpolicyness``), so batch k is generated with the weights of version
-    max(0, k - η).
-    Step t then takes ``rollout.batch_size`` whole groups per model (its own part of each: its agents' samples),
+    bound is ``run.max_staleness`` (η) for every trained model. Batch k may be played once the trainer has finished
+    k - η steps: the generation runs η batches ahead, as far as the bound lets samples be used (AReaL's rule, Fu et
+    al. 2025, arXiv 2505.24298, ``max_head_offpolicyness``). Who plays them, and when, is the
+    :class:`~drmas_train.run.async_producer.BatchProducer`'s: inline before each step (``run.overlap: false``, the
+    deterministic schedule: batch k is generated with the weights of version max(0, k - η)), or a generation thread
+    that plays while the trainer updates (``run.overlap: true``; it plays no batch beyond the last step's).
+    Step t takes ``rollout.batch_size`` whole groups per model (its own part of each: its agents' samples),
     oldest first; complete groups beyond the bound are dropped and counted by the buffer; a model that still lacks
     groups gets more batches played with the current weights (at most :data:`MAX_EXTRA_BATCHES`). The step's
     samples, in the synchronous loop's order, go through :func:`_learn` (the same advantages, update and
@@ -622,20 +624,22 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     push schedule, every update by default; a test's way of making one model's generation lag).
 
     With η = 0 every step consumes exactly the batch generated with its own weights: the synchronous loop, bit for
-    bit. With η > 0 step t may consume samples up to η versions old, corrected by the decoupled objective when
-    ``algorithm.behaviour_weight_cap`` is set. Generation and training do not overlap in time here (one thread):
-    the schedule reproduces what an overlapping pipeline consumes, deterministically, not its wall-clock gain.
+    bit, in both modes. With η > 0 step t may consume samples up to η versions old, corrected by the decoupled
+    objective when ``algorithm.behaviour_weight_cap`` is set.
 
-    Metrics per step, besides the synchronous loop's: ``async/generated_batches`` (this step),
-    ``async/buffer_groups`` (groups held after the step took its own), per trained model
+    Metrics per step, besides the synchronous loop's: ``async/generated_batches`` (batches completed during this
+    step), ``async/buffer_groups`` (groups held after the step took its own), per trained model
     ``async/<m>/dropped_groups`` and ``dropped_samples`` (cumulative), ``async/<m>/generation_version``.
+    ``perf/rollout_s`` is the time the step waited for its groups (with overlap: what generation did not hide).
 
     Checkpoints carry the loop's state at the end of the step (``run.async_snapshot``,
-    :func:`~drmas_train.run.async_generation.write_async_state`); ``--resume`` restores it and continues exactly.
+    :meth:`~drmas_train.run.async_producer.BatchProducer.snapshot`); ``--resume`` restores it (and continues
+    exactly, inline).
 
     Raises:
         RuntimeError: a model still without ``batch_size`` groups within its bound after
             :data:`MAX_EXTRA_BATCHES` more batches (its generation lags its trainer by more than η).
+        GenerationThreadError: the generation thread failed (``run.overlap``), with its error as the cause.
     """
     from drmas_train.algorithm.advantages import DEFAULT_GROUPING
     from drmas_train.backends.base import SamplingParams
@@ -643,7 +647,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     from drmas_train.collect.group_buffer import GroupBuffer
     from drmas_train.collect.rollout import merge_timing, rollout, save_samples
     from drmas_train.model.adapters import split_model_id
-    from drmas_train.run.async_generation import GenerationSide, put_episodes, read_async_state
+    from drmas_train.run.async_generation import GenerationSide, read_async_state
+    from drmas_train.run.async_producer import BatchProducer
     from drmas_train.run.checkpoint import latest_checkpoint
 
     cfg, r = run.cfg, run.cfg.rollout
@@ -656,89 +661,78 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
                        "different steps (or dropped for one model only) gets statistics over the parts consumed "
                        "together; per-agent groupings (prompt_agent: Dr. MAS) are not affected", len(trained), eta,
                        grouping)  # fmt: skip
+    overlap = cfg.run.overlap
     gen = GenerationSide(run.pool, run.versions, lambda loaded: make_backend(
-        loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every)  # fmt: skip
+        loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every,
+        isolate=overlap)  # fmt: skip
     # a group holds its slot until every model took or dropped its part: at most (η + 1) versions' batches per
     # model are within the bound, each version with at most 1 + MAX_EXTRA_BATCHES batches
     capacity = r.batch_size * (eta + 2) * (MAX_EXTRA_BATCHES + 1)
     buffer = GroupBuffer(r.group_size, dict.fromkeys(trained, eta), capacity)
     sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
-    order: dict[str, int] = {}  # traj_uid -> put position
-    plays: set[str] = set()  # trained models with a sample in some generated episode
-    generated = run.start_iteration  # a fresh run: 0; resumed from a synchronous run's checkpoint: its iteration
-    positions = 0  # the next episode's put position
+    resumed: dict[str, Any] = {"generated": run.start_iteration}  # resumed from a synchronous run's checkpoint: its iteration
     if run.start_iteration > 0:
         state = read_async_state(latest_checkpoint(run.run_dir / "checkpoints"))
         if state is not None:  # an asynchronous run's checkpoint: its buffer, counters and generation side
             buffer.load_state_dict(state["buffer"])
-            generated, order, plays = int(state["generated"]), dict(state["order"]), set(state["plays"])
-            positions = int(state["positions"])
+            resumed = {"generated": int(state["generated"]), "order": dict(state["order"]), "plays": set(state["plays"]),
+                       "positions": int(state["positions"])}  # fmt: skip
             gen.restore(state["held"], state["weights"])
         logger.info("run.mode=async resumed at iteration %d: %d batches played, %d groups buffered", run.start_iteration,
-                    generated, buffer.held_groups())  # fmt: skip
+                    resumed["generated"], buffer.held_groups())  # fmt: skip
 
-    timings: list[dict[str, float]] = []  # the iteration's rollouts' timing (perf/generate_s, each model's throughput)
+    def roll(tasks: list[Any], k: int, *, progress: bool) -> Any:
+        return rollout(run.env_fn, tasks, r.group_size, gen.pool, sampling, seed=_iteration_seed(cfg, k),
+                       max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation,
+                       progress=progress and cfg.run.progress)  # fmt: skip
 
-    def play() -> None:
-        nonlocal generated, positions
-        tasks = [run.tasks[i] for i in run.sampler.next_batch()]
-        result = rollout(run.env_fn, tasks, r.group_size, gen.pool, sampling, seed=_iteration_seed(cfg, generated),
-                         max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=cfg.run.progress)  # fmt: skip
-        gen.stamp(result.samples)
-        positions = put_episodes(buffer, result.samples, result.trajectories, order, positions)
-        plays.update(s.model_id for s in result.samples if s.model_id in gen.held)
-        generated += 1
-        timings.append(result.timing)
+    producer = BatchProducer(gen, buffer, lambda: [run.tasks[i] for i in run.sampler.next_batch()], roll,
+                             run.sampler.state_dict, overlap=overlap, max_extra=MAX_EXTRA_BATCHES, **resumed)  # fmt: skip
+    last = cfg.run.iterations - 1
 
-    it = run.start_iteration
-    while it < cfg.run.iterations:
-        seed = _iteration_seed(cfg, it)
-        t0 = time.perf_counter()
-        run.updater.start_iteration(it + 1)
-        before = generated
-        timings.clear()
-        while generated <= it + eta:  # run ahead as far as the bound lets the samples be used
-            play()
-        taken: dict[str, list[list[Any]]] = {}
-        for mid in trained:
-            for extra in range(MAX_EXTRA_BATCHES + 1):
-                if mid not in plays:
-                    break  # no agent of this model acted in any episode yet: not updated, as in sync
-                try:
-                    taken[mid] = buffer.get(mid, run.versions[mid], r.batch_size, timeout=0)
-                    break
-                except TimeoutError:
-                    if extra == MAX_EXTRA_BATCHES:
-                        raise RuntimeError(
-                            f"run.mode=async: model {mid!r} has fewer than {r.batch_size} complete groups within "
-                            f"run.max_staleness={eta} after {MAX_EXTRA_BATCHES} more batches: its generation lags its "
-                            f"trainer by more than max_staleness versions") from None  # fmt: skip
-                    play()
-        consumed = sorted((s for groups in taken.values() for g in groups for s in g),
-                          key=lambda s: (order[s.traj_uid], s.turn))  # fmt: skip
-        guard.hold(f"iteration {it + 1}")
-        if cfg.run.save_samples:
-            save_samples(consumed, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
-        t1 = time.perf_counter()
-        metrics: dict[str, float] = {}
-        versions_before = run.versions.state_dict()
-        _learn(run, it, consumed, None, seed, metrics)
-        gen.publish(run.versions, {m for m in trained if run.versions[m] != versions_before[m]})
-        counts = buffer.counts()
-        metrics.update({"async/generated_batches": float(generated - before), "async/buffer_groups": float(buffer.held_groups())})
-        for mid in trained:
-            metrics[f"async/{mid}/dropped_groups"] = float(counts[mid].dropped_groups)
-            metrics[f"async/{mid}/dropped_samples"] = float(counts[mid].dropped_samples)
-        metrics.update(gen.metrics())
-        held = buffer.state_dict()
-        buffered = {s.traj_uid for g in held["groups"].values() for part in g["samples"].values() for s in part}
-        run.async_snapshot = {"buffer": held, "generated": generated, "plays": set(plays), "side": gen,
-                              "order": {t: order[t] for t in buffered}, "positions": positions, "versions": run.versions,
-                              "sampler": run.sampler.state_dict()}  # fmt: skip
-        _end_iteration(run, it, metrics, health, t0, t1, merge_timing(timings))
-        it += 1
-        bar.update(1)
-        guard.release(it)
+    def ahead(t: int) -> int:  # the last batch step t may need; the generation thread plays none no step will take
+        return min(t + eta, last) if overlap else t + eta
+
+    finished = False
+    try:
+        it = run.start_iteration
+        while it < cfg.run.iterations:
+            seed = _iteration_seed(cfg, it)
+            t0 = time.perf_counter()
+            run.updater.start_iteration(it + 1)
+            producer.allow(ahead(it))  # run ahead as far as the bound lets the samples be used
+            taken: dict[str, list[list[Any]]] = {}
+            for mid in trained:
+                groups = producer.take(mid, run.versions[mid], r.batch_size)
+                if groups is not None:  # None: no agent of this model acted in any episode yet: not updated, as in sync
+                    taken[mid] = groups
+            consumed = sorted((s for groups in taken.values() for g in groups for s in g),
+                              key=lambda s: (producer.order[s.traj_uid], s.turn))  # fmt: skip
+            guard.hold(f"iteration {it + 1}")
+            if cfg.run.save_samples:
+                save_samples(consumed, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
+            t1 = time.perf_counter()
+            metrics: dict[str, float] = {}
+            versions_before = run.versions.state_dict()
+            _learn(run, it, consumed, None, seed, metrics)
+            producer.publish(run.versions, {m for m in trained if run.versions[m] != versions_before[m]})
+            if overlap and it < last:  # the next step's batches may be played while this one validates and checkpoints
+                producer.allow(ahead(it + 1))
+            played, timings = producer.step_stats()
+            counts = buffer.counts()
+            metrics.update({"async/generated_batches": float(played), "async/buffer_groups": float(buffer.held_groups())})
+            for mid in trained:
+                metrics[f"async/{mid}/dropped_groups"] = float(counts[mid].dropped_groups)
+                metrics[f"async/{mid}/dropped_samples"] = float(counts[mid].dropped_samples)
+            metrics.update(gen.metrics())
+            run.async_snapshot = producer.snapshot(run.versions)
+            _end_iteration(run, it, metrics, health, t0, t1, merge_timing(timings))
+            it += 1
+            bar.update(1)
+            guard.release(it)
+        finished = True
+    finally:
+        producer.close(wait=finished)
 
 
 def plot_title(cfg: TrainConfig) -> str:

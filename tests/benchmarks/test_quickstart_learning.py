@@ -41,3 +41,26 @@ def test_script_runs_the_preset_and_prints_the_paired_gain(tmp_path, capsys):
     assert (first["iteration"], last["iteration"]) == (0, 1)
     assert last["gain"] == pytest.approx(last["avg@2"] - first["avg@2"])  # same tasks: paired mean = difference  # fmt: skip
     assert out["wall_time_s"] > 0 and out["peak_rss_gb"] > 0 and set(out["valid_action_ratio"]) == {"solver", "verifier"}  # fmt: skip
+
+
+def test_summarize_run_reads_a_finished_run_directory(tmp_path, capsys):
+    """``--summarize RUN_DIR``: the same figures from a run directory's files, plus its seed, estimator, seconds
+    per iteration and wall time; a folder that is not a finished run is refused with exit code 2."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"iteration": 0, "val/avg@4": 0.1, "val/avg@4_stderr": 0.03},
+            {"iteration": 1, "rollout/accuracy": 0.5, "reward/a/valid_action_ratio": 1.0, "perf/iteration_s": 12.5,
+             "val/avg@4": 0.3, "val/avg@4_stderr": 0.05, "val/avg@4_gain": 0.2, "val/avg@4_gain_stderr": 0.1}]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "summary.json").write_text(json.dumps({"wall_time_s": 61.04}))
+    (run / "config.yaml").write_text("seed: 3\nalgorithm:\n  estimator: grpo\n")
+    out = _module().main(["--summarize", str(run)])
+    assert json.loads(capsys.readouterr().out) == out
+    assert (out["seed"], out["estimator"], out["iteration_s"], out["wall_time_s"]) == (3, "grpo", [12.5], 61.0)
+    assert out["gain_over_stderr"] == pytest.approx(2.0) and out["valid_action_ratio"] == {"a": [1.0]}
+    (run / "summary.json").unlink()
+    with pytest.raises(SystemExit) as stop:
+        _module().main(["--summarize", str(run)])
+    assert stop.value.code == 2 and "summary.json is missing" in capsys.readouterr().err
