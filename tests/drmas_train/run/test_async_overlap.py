@@ -51,6 +51,8 @@ def test_overlap_at_staleness_0_is_the_sync_run_bit_for_bit(tmp_path):
     train(tiny_config(thread_dir, *common, *OVERLAP, "run.max_staleness=0"), loader=tiny_loader)
     sync_rows, thread_rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(thread_dir / "metrics.jsonl")
     assert [r["iteration"] for r in thread_rows] == [1, 2, 3]
+    elapsed = [r["perf/elapsed_s"] for r in thread_rows]  # the run's wall-clock at each iteration's end
+    assert 0 < elapsed[0] < elapsed[1] < elapsed[2]
     for s, a in zip(sync_rows, thread_rows, strict=True):
         compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness", "val")]
         assert len(compared) > 20 and any(k.startswith("val/") for k in compared)
@@ -282,6 +284,8 @@ def test_kill_9_then_resume_loses_no_group_and_duplicates_none(tmp_path, eta):
     train(tiny_config(killed, *overrides), loader=tiny_loader, resume=True)
     rows = read_metrics(killed / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    elapsed = [r["perf/elapsed_s"] for r in rows]  # the killed process's seconds carried over by the checkpoint
+    assert elapsed == sorted(elapsed) and elapsed[2] > elapsed[1] > 0
     consumed = _consumed(killed, 4)
     later = {s.traj_uid for samples in consumed[2:] for s in samples}
     assert {s.traj_uid for s in buffered} <= later  # nothing the checkpoint buffered was lost
