@@ -115,11 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="dotted overrides for every arm (smoke runs: run.iterations=2)")
     args = p.parse_args(argv)
     folder = Path(args.dir or tempfile.mkdtemp(prefix="drmas-async-overlap-"))
-    records = {name: run_arm(name, folder, args.overrides) for name in args.arms}
-    result = {"arms": records, **compare(records), "cpus": len(os.sched_getaffinity(0))}
-    text = json.dumps(result, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    records: dict[str, dict[str, Any]] = {}
+    for name in args.arms:  # --out is rewritten after each arm: an interrupted benchmark keeps the arms it finished
+        records[name] = run_arm(name, folder, args.overrides)
+        text = json.dumps({"arms": records, **compare(records), "cpus": len(os.sched_getaffinity(0))}, indent=1)
+        if args.out:
+            Path(args.out).write_text(text + "\n")
     print(text)
     return 0
 
