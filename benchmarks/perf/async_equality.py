@@ -9,8 +9,9 @@ The two runs are two processes started together, one torch thread each (the same
 changes float sums), without validation (``eval.every=0``, ``eval.before_train=false``: validation plays no part in
 training). The async run uses the generation thread (``run.overlap=true``) unless ``--overlap false``.
 
-Output (JSON): ``equal_metrics`` (every compared key equal with ``==``), ``compared_keys``, ``differing`` (key ->
-[sync, async] for any that differ), ``equal_weights`` (``torch.equal`` on every tensor of every model),
+Output (JSON): ``equal_metrics`` (every compared key equal with ``==``, but the engine log-prob diagnostics),
+``compared_keys``, ``differing`` (key -> [sync, async] for any that differ), ``differing_diagnostics`` (the same for
+the diagnostics of the engine's log-probs against the trainer's, :data:`ENGINE_DIAGNOSTICS`), ``equal_weights`` (``torch.equal`` on every tensor of every model),
 ``tensors``, ``max_abs_weight_diff``, wall time and load of each run.
 """
 
@@ -29,23 +30,32 @@ from typing import Any
 #: metric families that training determines (timings and the async loop's own bookkeeping are not compared)
 COMPARED = ("rollout", "reward", "adv", "loss", "agent", "health", "version", "staleness")
 
+#: diagnostics of the rollout engine's log-probs against the trainer's recompute (they train nothing unless
+#: algorithm.behaviour_weight_cap is set): in async mode the engine is the generation side's copy of the weights,
+#: whose log-probs were seen to differ from the trainer module's in the last bits (~1e-9) after a weight push
+ENGINE_DIAGNOSTICS = ("old_logprob_abs_diff", "old_prob_abs_diff", "logprob_gap")
+
 
 def compare_metrics(sync_rows: list[dict[str, Any]], async_rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every key of the :data:`COMPARED` families, row by row: ``equal``, ``compared_keys``, ``differing``.
+    """Every key of the :data:`COMPARED` families, row by row: ``equal_metrics`` (all equal but the
+    :data:`ENGINE_DIAGNOSTICS`), ``compared_keys``, ``differing`` and ``differing_diagnostics`` (``"<iteration>:<key>"
+    -> [sync, async]``).
 
     Raises:
         ValueError: the runs logged different iterations.
     """
     if [r["iteration"] for r in sync_rows] != [r["iteration"] for r in async_rows]:
         raise ValueError("the runs logged different iterations")
-    compared, differing = 0, {}
+    compared, differing, diagnostics = 0, {}, {}
     for s, a in zip(sync_rows, async_rows, strict=True):
         for k in s:
             if k.split("/")[0] in COMPARED:
                 compared += 1
                 if s[k] != a.get(k):
-                    differing[f"{s['iteration']}:{k}"] = [s[k], a.get(k)]
-    return {"equal_metrics": not differing and compared > 0, "compared_keys": compared, "differing": differing}
+                    diagnostic = any(k.split("/")[-1].startswith(d) for d in ENGINE_DIAGNOSTICS)
+                    (diagnostics if diagnostic else differing)[f"{s['iteration']}:{k}"] = [s[k], a.get(k)]
+    return {"equal_metrics": not differing and compared > 0, "compared_keys": compared, "differing": differing,
+            "differing_diagnostics": diagnostics}  # fmt: skip
 
 
 def compare_weights(sync_dir: Path, async_dir: Path, iteration: int) -> dict[str, Any]:

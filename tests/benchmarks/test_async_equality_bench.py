@@ -14,10 +14,15 @@ bench = load_script("benchmarks/perf/async_equality.py")
 def test_metrics_are_compared_per_iteration_on_the_training_families_only():
     sync = [{"iteration": 1, "reward/a/mean": 0.5, "loss/m/pg_loss": 0.1, "perf/iteration_s": 3.0}]
     same = [{"iteration": 1, "reward/a/mean": 0.5, "loss/m/pg_loss": 0.1, "perf/iteration_s": 9.0, "async/x": 1.0}]
-    assert bench.compare_metrics(sync, same) == {"equal_metrics": True, "compared_keys": 2, "differing": {}}
+    assert bench.compare_metrics(sync, same) == {"equal_metrics": True, "compared_keys": 2, "differing": {},
+                                                 "differing_diagnostics": {}}  # fmt: skip
     other = [{"iteration": 1, "reward/a/mean": 0.5, "loss/m/pg_loss": 0.1000001}]
     out = bench.compare_metrics(sync, other)
     assert not out["equal_metrics"] and out["differing"] == {"1:loss/m/pg_loss": [0.1, 0.1000001]}
+    # the engine-vs-trainer log-prob diagnostics are reported apart and do not make the runs differ
+    sync[0]["loss/m/old_logprob_abs_diff_mean"], same[0]["loss/m/old_logprob_abs_diff_mean"] = 2.47e-6, 2.48e-6
+    out = bench.compare_metrics(sync, same)
+    assert out["equal_metrics"] and out["differing_diagnostics"] == {"1:loss/m/old_logprob_abs_diff_mean": [2.47e-6, 2.48e-6]}
     with pytest.raises(ValueError, match="different iterations"):
         bench.compare_metrics(sync, [{"iteration": 2}])
 
