@@ -8,9 +8,11 @@ stamped with the version of the snapshot that generated it (``Sample.policy_vers
 :mod:`drmas_train.run.policy_versions`), and each finished episode is ``put`` into the
 :class:`~drmas_train.collect.group_buffer.GroupBuffer`, from which the trainers take whole prompt groups. When the
 trainer publishes a new version of a model, :meth:`GenerationSide.publish` copies its weights into the snapshot
-(``load_state_dict``: the "weight push"), on that model's own schedule (``push_every``: every update by default).
+(``load_state_dict``: the "weight push"), on that model's own schedule (``push_every``: every update by default); a
+generation thread gets them in two halves, :meth:`GenerationSide.stage` then :meth:`GenerationSide.apply_staged`.
 
-Frozen models are not copied: their weights never change. LoRA adapters on one shared base share one snapshot of
+Frozen models are not copied, their weights never change (with a generation thread, ``isolate``, they are, so that no
+module is used from two threads at once). LoRA adapters on one shared base share one snapshot of
 the base, as they share the trainer's module; a push of any of them pushes the module, so all of its adapters.
 
 The rollout itself is :func:`drmas_train.collect.rollout.rollout`, unchanged, over a
@@ -76,7 +78,7 @@ class GenerationSide:
         ] = {}  # id(trainer module) -> its snapshot (adapters of one base share theirs)
         models = {}
         tokenizers: dict[int, Any] = {}  # id(tokenizer) -> the generation side's copy (isolate)
-        frozen: dict[int, Any] = {}  # id(frozen module) -> the generation side's copy (isolate)
+        frozen_copies: dict[int, Any] = {}  # id(frozen module) -> the generation side's copy (isolate)
         for mid, loaded in pool.models.items():
             if isolate:
                 if id(loaded.tokenizer) not in tokenizers:
@@ -84,9 +86,9 @@ class GenerationSide:
                 loaded = dataclasses.replace(loaded, tokenizer=tokenizers[id(loaded.tokenizer)])
             if mid not in trained:
                 if isolate:  # never changes, so never pushed; copied only to be used by one thread
-                    if id(loaded.model) not in frozen:
-                        frozen[id(loaded.model)] = copy.deepcopy(loaded.model)
-                    loaded = dataclasses.replace(loaded, model=frozen[id(loaded.model)])
+                    if id(loaded.model) not in frozen_copies:
+                        frozen_copies[id(loaded.model)] = copy.deepcopy(loaded.model)
+                    loaded = dataclasses.replace(loaded, model=frozen_copies[id(loaded.model)])
                 models[mid] = loaded  # frozen: never changes, shared unless isolated
                 continue
             key = id(loaded.model)
