@@ -124,3 +124,24 @@ def tiny_samples(model, n: int = 8, seed: int = 0, model_id: str = "m"):
     for b, s in enumerate(out):
         s.old_logprobs = lp[b, : len(s.response_ids)].tolist()
     return out
+
+
+def checkpoint_weights(run_dir, iteration: int) -> dict[str, torch.Tensor]:
+    """Every tensor of every model of checkpoint ``iteration`` of ``run_dir``, keyed ``<model dir>/<tensor name>``."""
+    from safetensors.torch import load_file
+
+    out = {}
+    for f in sorted((run_dir / "checkpoints" / f"iter_{iteration:06d}" / "models").glob("*/*.safetensors")):
+        out.update({f"{f.parent.name}/{k}": t for k, t in load_file(f).items()})
+    return out
+
+
+def assert_whole_groups(samples, model_ids, n_groups: int, group_size: int) -> None:
+    """Each model of ``model_ids`` has ``n_groups`` prompt groups (``uid``) among ``samples``, each with all of its
+    ``group_size`` episodes (``traj_uid``): what an update of the asynchronous loop consumes."""
+    for mid in model_ids:
+        per_uid: dict[str, set[str]] = {}
+        for s in samples:
+            if s.model_id == mid:
+                per_uid.setdefault(s.uid, set()).add(s.traj_uid)
+        assert len(per_uid) == n_groups and all(len(t) == group_size for t in per_uid.values()), (mid, per_uid)

@@ -17,18 +17,9 @@ from drmas_train.run.config import ConfigError, validate_config
 from drmas_train.run.metrics_log import read_metrics
 from drmas_train.run.policy_versions import PolicyVersions
 from drmas_train.run.trainer import train
-from helpers.tiny_rl import tiny_config, tiny_loader
+from helpers.tiny_rl import assert_whole_groups, checkpoint_weights, tiny_config, tiny_loader
 
 TWO_MODELS = ("models.m2.name_or_path=tiny", "agents.b=m2")  # agent a on model m, agent b on model m2
-
-
-def _weights(run_dir, iteration: int) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    out = {}
-    for f in sorted((run_dir / "checkpoints" / f"iter_{iteration:06d}" / "models").glob("*/*.safetensors")):
-        out.update({f"{f.parent.name}/{k}": t for k, t in load_file(f).items()})
-    return out
 
 
 @pytest.mark.parametrize("models", [(), TWO_MODELS], ids=["one-model", "two-models"])
@@ -60,7 +51,7 @@ def test_async_at_staleness_0_is_the_sync_run_bit_for_bit(tmp_path, models):
     for k in (1, 2):
         name = f"iter_{k:06d}.jsonl"
         assert load_samples(sync_dir / "samples" / name) == load_samples(async_dir / "samples" / name)
-    sync_w, async_w = _weights(sync_dir, 2), _weights(async_dir, 2)
+    sync_w, async_w = checkpoint_weights(sync_dir, 2), checkpoint_weights(async_dir, 2)
     assert sync_w.keys() == async_w.keys() and len(sync_w) > 10
     assert all(torch.equal(sync_w[k], async_w[k]) for k in sync_w)
 
@@ -101,13 +92,7 @@ def test_no_update_consumes_a_sample_beyond_the_bound_with_one_model_slow(tmp_pa
     assert [r["async/m/generation_version"] for r in rows] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert [r["version/m2"] for r in rows] == [1.0, 2.0, 3.0, 4.0, 5.0]
     for k in range(1, 6):  # whole groups only: each consumed group of each model has all G episodes
-        samples = load_samples(run_dir / "samples" / f"iter_{k:06d}.jsonl")
-        for mid in ("m", "m2"):
-            per_uid: dict[str, set[str]] = {}
-            for s in samples:
-                if s.model_id == mid:
-                    per_uid.setdefault(s.uid, set()).add(s.traj_uid)
-            assert len(per_uid) == 2 and all(len(t) == 8 for t in per_uid.values())
+        assert_whole_groups(load_samples(run_dir / "samples" / f"iter_{k:06d}.jsonl"), ("m", "m2"), 2, 8)
 
 
 def test_generation_side_holds_its_own_weights_until_a_push():
@@ -183,7 +168,7 @@ def test_async_resume_continues_exactly(tmp_path, monkeypatch):
         assert {k: v for k, v in x.items() if not k.startswith("perf/")} == {
             k: v for k, v in y.items() if not k.startswith("perf/")
         }
-    wa, wb = _weights(tmp_path / "straight", 5), _weights(resumed, 5)
+    wa, wb = checkpoint_weights(tmp_path / "straight", 5), checkpoint_weights(resumed, 5)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 

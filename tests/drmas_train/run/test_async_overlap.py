@@ -21,19 +21,10 @@ from drmas_train.run.async_producer import GenerationThreadError
 from drmas_train.run.config import ConfigError, validate_config
 from drmas_train.run.metrics_log import read_metrics
 from drmas_train.run.trainer import train
-from helpers.tiny_rl import tiny_config, tiny_loader
+from helpers.tiny_rl import assert_whole_groups, checkpoint_weights, tiny_config, tiny_loader
 
 TWO_MODELS = ("models.m2.name_or_path=tiny", "agents.b=m2")  # agent a on model m, agent b on model m2
 OVERLAP = ("run.mode=async", "run.overlap=true")
-
-
-def _weights(run_dir, iteration: int) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    out = {}
-    for f in sorted((run_dir / "checkpoints" / f"iter_{iteration:06d}" / "models").glob("*/*.safetensors")):
-        out.update({f"{f.parent.name}/{k}": t for k, t in load_file(f).items()})
-    return out
 
 
 def _consumed(run_dir, iterations: int) -> list[list]:
@@ -61,36 +52,45 @@ def test_overlap_at_staleness_0_is_the_sync_run_bit_for_bit(tmp_path):
     # and none is played beyond the last step's
     assert sum(r["async/generated_batches"] for r in thread_rows) == 3.0
     assert _consumed(sync_dir, 3) == _consumed(thread_dir, 3)
-    sync_w, thread_w = _weights(sync_dir, 3), _weights(thread_dir, 3)
+    sync_w, thread_w = checkpoint_weights(sync_dir, 3), checkpoint_weights(thread_dir, 3)
     assert sync_w.keys() == thread_w.keys() and len(sync_w) > 10
     assert all(torch.equal(sync_w[k], thread_w[k]) for k in sync_w)
 
 
 def test_overlap_plays_while_the_trainer_updates_within_the_bound(tmp_path, monkeypatch):
-    """Two models, η = 1, 5 steps, every rollout and every update made to take 0.3 s (sleeps) and timed: some
-    rollout runs in the generation thread while an update runs in the trainer's (their intervals intersect), every
+    """Two models, η = 1, 5 steps, every rollout and every update timed: the generation thread's second batch and the
+    first update each wait until the other has started (a rendezvous, not a sleep), which only an overlapping loop
+    can pass; their intervals intersect; every
     consumed sample is at most 1 version old, every consumed group is whole, and no episode is consumed twice."""
     intervals: dict[str, list[tuple[float, float, str]]] = {"rollout": [], "update": []}
     real_rollout, real_update = rollout_module.rollout, trainer_module._update_models
     consumed: list[tuple[str, int]] = []  # (model, staleness) of every sample an update consumed
 
-    def slow_rollout(*args, **kwargs):
+    gen_in, update_in = threading.Event(), threading.Event()  # a rendezvous: each side waits until the other is in
+    generation_calls = []
+
+    def met_rollout(*args, **kwargs):
         t = time.perf_counter()
+        if threading.current_thread().name == "drmas-generation":
+            generation_calls.append(1)
+            if len(generation_calls) == 2:  # batch 1, played while step 0 updates (batch 0 is what step 0 waits for)
+                gen_in.set()
+                assert update_in.wait(30), "no update ran while the generation thread played batch 1"
         out = real_rollout(*args, **kwargs)
-        time.sleep(0.3)
         intervals["rollout"].append((t, time.perf_counter(), threading.current_thread().name))
         return out
 
-    def slow_update(run, samples, adv, seed):
+    def met_update(run, samples, adv, seed):
         t = time.perf_counter()
+        update_in.set()
+        assert gen_in.wait(30), "the generation thread played no batch while the first update ran"
         consumed.extend((s.model_id, run.versions[s.model_id] - s.policy_version) for s in samples)
         out = real_update(run, samples, adv, seed)
-        time.sleep(0.3)
         intervals["update"].append((t, time.perf_counter(), threading.current_thread().name))
         return out
 
-    monkeypatch.setattr(rollout_module, "rollout", slow_rollout)
-    monkeypatch.setattr(trainer_module, "_update_models", slow_update)
+    monkeypatch.setattr(rollout_module, "rollout", met_rollout)
+    monkeypatch.setattr(trainer_module, "_update_models", met_update)
     run_dir = tmp_path / "run"
     train(tiny_config(run_dir, *TWO_MODELS, *OVERLAP, "run.iterations=5", "run.max_staleness=1", "run.save_samples=true"),
           loader=tiny_loader)  # fmt: skip
@@ -106,12 +106,7 @@ def test_overlap_plays_while_the_trainer_updates_within_the_bound(tmp_path, monk
         trajs = {s.traj_uid for s in samples}
         assert not trajs & seen  # no episode twice
         seen |= trajs
-        for mid in ("m", "m2"):
-            per_uid: dict[str, set[str]] = {}
-            for s in samples:
-                if s.model_id == mid:
-                    per_uid.setdefault(s.uid, set()).add(s.traj_uid)
-            assert len(per_uid) == 2 and all(len(t) == 8 for t in per_uid.values())
+        assert_whole_groups(samples, ("m", "m2"), 2, 8)
 
 
 def test_an_error_in_the_generation_thread_stops_the_run_with_it(tmp_path, monkeypatch):
@@ -205,6 +200,7 @@ def test_a_batch_in_flight_at_a_snapshot_is_played_again_from_it():
         def roll(tasks, k, *, progress):
             rolls.append((k, list(tasks)))
             if k == 1:
+                in_flight.set()
                 release.wait(10)
             return result(tasks, k)
 
@@ -212,13 +208,11 @@ def test_a_batch_in_flight_at_a_snapshot_is_played_again_from_it():
         return BatchProducer(Side(), buffer, lambda: sampler.next_batch(), roll, sampler.state_dict, overlap=True,
                              max_extra=0, **state), buffer  # fmt: skip
 
-    sampler, release, rolls = TaskSampler(10, 2, seed=3), threading.Event(), []
+    sampler, release, rolls, in_flight = TaskSampler(10, 2, seed=3), threading.Event(), [], threading.Event()
     producer, _ = make(sampler, release, rolls)
     producer.allow(1)
     assert producer.take("m", 0, 2) is not None  # batch 0 in
-    deadline = time.monotonic() + 10
-    while len(rolls) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert in_flight.wait(10)  # batch 1's rollout has started (and waits for release)
     snap = producer.snapshot(None)
     assert snap["generated"] == 1 and len(rolls) == 2  # batch 1 in flight, not in the snapshot
     release.set()
@@ -243,7 +237,7 @@ def test_overlap_outside_async_mode_is_refused_naming_the_key(tmp_path):
 
 _KILLED_RUN = """
 import os, signal
-from helpers.tiny_rl import tiny_config, tiny_loader
+from helpers.tiny_rl import assert_whole_groups, checkpoint_weights, tiny_config, tiny_loader
 import drmas_train.run.trainer as T
 import drmas_train.run.async_producer as P
 orig_snapshot = P.BatchProducer.snapshot
@@ -300,5 +294,5 @@ def test_kill_9_then_resume_loses_no_group_and_duplicates_none(tmp_path, eta):
         for x, y in zip(a, b, strict=True):
             keep = [k for k in x if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness")]
             assert {k: x[k] for k in keep} == {k: y[k] for k in keep}
-        wa, wb = _weights(straight, 4), _weights(killed, 4)
+        wa, wb = checkpoint_weights(straight, 4), checkpoint_weights(killed, 4)
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

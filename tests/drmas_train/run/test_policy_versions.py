@@ -16,7 +16,7 @@ from drmas_train.run.checkpoint import load_checkpoint
 from drmas_train.run.metrics_log import read_metrics
 from drmas_train.run.policy_versions import PolicyVersions, staleness_metrics
 from drmas_train.run.trainer import train
-from helpers.tiny_rl import tiny_config, tiny_loader
+from helpers.tiny_rl import checkpoint_weights, tiny_config, tiny_loader
 
 TWO_MODELS = ("models.m2.name_or_path=tiny", "agents.b=m2")  # agent a on model m, agent b on model m2
 
@@ -114,15 +114,6 @@ def test_resume_of_a_checkpoint_without_versions_derives_them(tmp_path, caplog):
     assert read_metrics(run_dir / "metrics.jsonl")[-1]["version/m"] == 2.0
 
 
-def _weights(run_dir, iteration: int) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    out = {}
-    for f in sorted((run_dir / "checkpoints" / f"iter_{iteration:06d}" / "models").glob("*/*.safetensors")):
-        out.update({f"{f.parent.name}/{k}": t for k, t in load_file(f).items()})
-    return out
-
-
 def test_version_bookkeeping_leaves_sync_training_bitwise_unchanged(tmp_path, monkeypatch):
     """The same 2-iteration two-model run with the version bookkeeping and the engine's log-probs kept beside the
     recomputed ones, and with both taken out again (as before they existed): the same weights, bit for bit."""
@@ -140,7 +131,7 @@ def test_version_bookkeeping_leaves_sync_training_bitwise_unchanged(tmp_path, mo
 
     monkeypatch.setattr(old_logprobs.dataclasses, "replace", replace_without_rollout_logprobs)
     train(tiny_config(tmp_path / "without", *TWO_MODELS, "run.iterations=2"), loader=tiny_loader)
-    with_w, without_w = _weights(tmp_path / "with", 2), _weights(tmp_path / "without", 2)
+    with_w, without_w = checkpoint_weights(tmp_path / "with", 2), checkpoint_weights(tmp_path / "without", 2)
     assert with_w.keys() == without_w.keys() and len(with_w) > 10
     assert all(torch.equal(with_w[k], without_w[k]) for k in with_w)
     assert (
