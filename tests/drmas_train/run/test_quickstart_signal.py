@@ -18,7 +18,7 @@ from drmas_train.model.models import ModelNotFoundError, smollm2_gguf_path
 from drmas_train.run.config import load_config
 from drmas_train.run.trainer import train
 
-pytestmark = pytest.mark.slow  # two short iterations of the real model: ~1-2 min (math) on 2 cores; search: ~3-4 min
+pytestmark = pytest.mark.slow  # two short iterations of the real model: ~1-2 min (math) on 2 cores; search: 15 min at load 4 (two runs beside it)
 
 #: preset -> its agents
 QUICKSTARTS = {"quickstart_math": {"solver", "verifier"}, "quickstart_search": {"verifier", "search", "answer"}}
