@@ -61,15 +61,10 @@ def compare_metrics(sync_rows: list[dict[str, Any]], async_rows: list[dict[str, 
 def compare_weights(sync_dir: Path, async_dir: Path, iteration: int) -> dict[str, Any]:
     """``torch.equal`` over every tensor of every model of checkpoint ``iteration`` of both runs."""
     import torch
-    from safetensors.torch import load_file
 
-    def weights(run: Path) -> dict[str, torch.Tensor]:
-        out = {}
-        for f in sorted((run / "checkpoints" / f"iter_{iteration:06d}" / "models").glob("*/*.safetensors")):
-            out.update({f"{f.parent.name}/{k}": t for k, t in load_file(f).items()})
-        return out
+    from drmas_train.run.checkpoint import saved_model_weights
 
-    a, b = weights(sync_dir), weights(async_dir)
+    a, b = (saved_model_weights(run / "checkpoints" / f"iter_{iteration:06d}") for run in (sync_dir, async_dir))
     same_keys = a.keys() == b.keys() and len(a) > 0
     equal = same_keys and all(torch.equal(a[k], b[k]) for k in a)
     diff = max((float((a[k].double() - b[k].double()).abs().max()) for k in a if k in b), default=float("nan"))

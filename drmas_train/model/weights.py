@@ -7,12 +7,29 @@ from typing import Any
 
 import torch
 
-__all__ = ["load_weights", "is_peft"]
+__all__ = ["load_weights", "read_weights", "is_peft"]
 
 
 def is_peft(model: Any) -> bool:
     """Whether ``model`` is a PEFT wrapper (LoRA adapters over a base model)."""
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of every ``*.safetensors`` file in ``folder`` (a ``save_pretrained`` folder), by name, on the CPU.
+
+    Raises:
+        FileNotFoundError: no safetensors file in ``folder``.
+    """
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    return state
 
 
 def load_weights(model: Any, folder: str | Path) -> None:
@@ -22,15 +39,8 @@ def load_weights(model: Any, folder: str | Path) -> None:
         FileNotFoundError: no safetensors file in ``folder``.
         RuntimeError: keys of the model missing from the files (tied weights excepted).
     """
-    from safetensors.torch import load_file
-
     folder = Path(folder)
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(f))
+    state = read_weights(folder)
     if is_peft(model):
         from peft import set_peft_model_state_dict
 

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from drmas_train.model.adapters import split_model_id
-from drmas_train.model.weights import load_weights
+from drmas_train.model.weights import load_weights, read_weights
 
 __all__ = [
     "save_checkpoint",
@@ -105,6 +105,15 @@ def save_model_states(folder: str | Path, models: dict[str, tuple[Any, Any]], op
         file = _optim_file(folder, model_id)
         file.parent.mkdir(parents=True, exist_ok=True)
         torch.save(opt.state_dict(), file)
+
+
+def saved_model_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of every full model under ``models/`` of checkpoint ``folder``, keyed ``<model_id>/<name>``
+    (LoRA adapters, in ``models/<key>/<adapter>/``, are not included): what two runs' checkpoints are compared on."""
+    out: dict[str, torch.Tensor] = {}
+    for model_dir in sorted({f.parent for f in (Path(folder) / "models").glob("*/*.safetensors")}):
+        out.update({f"{model_dir.name}/{name}": t for name, t in read_weights(model_dir).items()})
+    return out
 
 
 def _optim_file(folder: Path, model_id: str) -> Path:

@@ -127,13 +127,11 @@ def tiny_samples(model, n: int = 8, seed: int = 0, model_id: str = "m"):
 
 
 def checkpoint_weights(run_dir, iteration: int) -> dict[str, torch.Tensor]:
-    """Every tensor of every model of checkpoint ``iteration`` of ``run_dir``, keyed ``<model dir>/<tensor name>``."""
-    from safetensors.torch import load_file
+    """Every tensor of every model of checkpoint ``iteration`` of ``run_dir``, keyed ``<model id>/<tensor name>``
+    (:func:`drmas_train.run.checkpoint.saved_model_weights`)."""
+    from drmas_train.run.checkpoint import saved_model_weights
 
-    out = {}
-    for f in sorted((run_dir / "checkpoints" / f"iter_{iteration:06d}" / "models").glob("*/*.safetensors")):
-        out.update({f"{f.parent.name}/{k}": t for k, t in load_file(f).items()})
-    return out
+    return saved_model_weights(run_dir / "checkpoints" / f"iter_{iteration:06d}")
 
 
 def assert_whole_groups(samples, model_ids, n_groups: int, group_size: int) -> None:

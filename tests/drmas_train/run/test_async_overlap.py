@@ -237,7 +237,7 @@ def test_overlap_outside_async_mode_is_refused_naming_the_key(tmp_path):
 
 _KILLED_RUN = """
 import os, signal
-from helpers.tiny_rl import assert_whole_groups, checkpoint_weights, tiny_config, tiny_loader
+from helpers.tiny_rl import tiny_config, tiny_loader
 import drmas_train.run.trainer as T
 import drmas_train.run.async_producer as P
 orig_snapshot = P.BatchProducer.snapshot
