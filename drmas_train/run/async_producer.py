@@ -25,6 +25,12 @@ else touches it in async mode) and reports no progress bars. An error in it is r
 :meth:`take` or :meth:`close`; :meth:`snapshot` refuses too when the error struck while a batch was being put into
 the buffer (no checkpoint holds part of a batch).
 
+**Restarts** (``restarts``, ``run.generation_restarts``): a batch whose rollout raised an ``Exception`` before any
+of its episodes was put is played again by the thread, at most ``restarts`` times over the producer's life (tenacity
+decides and logs each one): the sampler goes back to its state after the last committed batch, so the replay draws
+the same tasks, and the rollout's seed is the batch index's, so nothing is lost or doubled (at η = 0 the run is
+still the synchronous one bit for bit). A batch that failed while being put is never replayed.
+
 **Checkpoint state** (:meth:`snapshot`): taken under the producer's lock, so the buffer, the counters, the put
 positions and the sampler's state agree with each other; the sampler's state is the one after the last *completed*
 batch, so a batch in flight at a checkpoint is played again after ``--resume`` (same tasks, same seed). A push staged
@@ -33,16 +39,20 @@ but not yet loaded counts as loaded: the resumed generation side starts from the
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
 from drmas_train.collect.group_buffer import GroupBuffer
 from drmas_train.run.async_generation import GenerationSide, put_episodes
 
 __all__ = ["BatchProducer", "GenerationThreadError"]
+
+logger = logging.getLogger(__name__)
 
 
 class GenerationThreadError(RuntimeError):
@@ -59,12 +69,14 @@ class BatchProducer:
         roll: ``(tasks, k) -> RolloutResult``: play ``tasks`` as batch ``k`` (its seed index) with ``side.pool``;
             ``progress`` is its second keyword: False in the generation thread.
         sampler_state: ``() -> dict``: the sampler's state now (what a checkpoint stores).
+        restore_sampler: ``(state) -> None``: puts the sampler back to a ``sampler_state()`` (before a replay).
         overlap: play in a generation thread (True) or inline on demand (False).
         max_extra: the most batches one :meth:`take` may add for a model still short of groups.
+        restarts: the most times the generation thread plays a failed batch again (module docstring, "Restarts").
         state: what :meth:`snapshot` returned (``generated``, ``positions``, ``order``, ``plays``), on ``--resume``.
 
     Raises:
-        ValueError: ``max_extra`` < 0.
+        ValueError: ``max_extra`` < 0 or ``restarts`` < 0.
     """
 
     def __init__(
@@ -74,9 +86,11 @@ class BatchProducer:
         draw: Callable[[], list[Any]],
         roll: Callable[..., Any],
         sampler_state: Callable[[], dict[str, Any]],
+        restore_sampler: Callable[[dict[str, Any]], None] | None = None,
         *,
         overlap: bool,
         max_extra: int,
+        restarts: int = 0,
         generated: int = 0,
         positions: int = 0,
         order: Mapping[str, int] | None = None,
@@ -84,8 +98,11 @@ class BatchProducer:
     ) -> None:
         if max_extra < 0:
             raise ValueError(f"max_extra must be >= 0, got {max_extra}")
+        if restarts < 0 or (restarts and restore_sampler is None):
+            raise ValueError(f"restarts must be >= 0 and need restore_sampler, got {restarts} and {restore_sampler!r}")
         self.side, self.buffer, self.overlap, self.max_extra = side, buffer, overlap, max_extra
-        self._draw, self._roll, self._sampler_state = draw, roll, sampler_state
+        self._draw, self._roll, self._sampler_state, self._restore_sampler = draw, roll, sampler_state, restore_sampler
+        self.restarts, self.restarts_used = restarts, 0  # replays of a failed batch allowed / done
         self.generated = generated  # batches played (committed to the buffer) so far
         self.positions = positions  # the next episode's put position
         self.order: dict[str, int] = dict(order or {})  # traj_uid -> put position
@@ -208,7 +225,13 @@ class BatchProducer:
             self.side.apply_staged()  # a staged push is loaded before a batch, never during one
             k = self.generated
             tasks = self._draw()
-        result = self._roll(tasks, k, progress=progress)
+        try:
+            result = self._roll(tasks, k, progress=progress)
+        except Exception:
+            if self._restore_sampler is not None:  # a replay draws the same tasks
+                with self._cond:
+                    self._restore_sampler(self._committed_sampler)
+            raise
         with self._cond:
             try:
                 self.side.stamp(result.samples)
@@ -223,8 +246,22 @@ class BatchProducer:
             self._committed_sampler = self._sampler_state()
             self._cond.notify_all()
 
+    def _replayable(self, err: BaseException) -> bool:
+        return isinstance(err, Exception) and not self._torn and not self._stop
+
+    def _stop_replaying(self, state: RetryCallState) -> bool:
+        return self.restarts_used >= self.restarts
+
+    def _count_replay(self, state: RetryCallState) -> None:
+        self.restarts_used += 1
+        err = state.outcome.exception() if state.outcome is not None else None
+        logger.warning("run.overlap: the generation thread failed playing batch %d (%r); playing it again (restart %d "
+                       "of run.generation_restarts=%d)", self.generated, err, self.restarts_used, self.restarts)  # fmt: skip
+
     def _run(self, threads: int) -> None:
         torch.set_num_threads(threads)  # per thread: the trainer's count, not the process default
+        replays = Retrying(retry=retry_if_exception(self._replayable), stop=self._stop_replaying,
+                           before_sleep=self._count_replay, reraise=True)  # fmt: skip
         try:
             while True:
                 with self._cond:
@@ -232,7 +269,7 @@ class BatchProducer:
                         self._cond.wait()
                     if self._stop:
                         return
-                self._play_one(progress=False)
+                replays(self._play_one, progress=False)
         except BaseException as err:  # noqa: BLE001 - handed to the trainer, which raises it
             with self._cond:
                 self._error = err

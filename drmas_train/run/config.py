@@ -123,6 +123,11 @@ class RunConfig:
     (``true``: generation and training overlap in time; at η >= 1 which weights a batch gets depends on timing, so
     the run is not reproducible bit for bit) or inline in the trainer's thread (``false``: the deterministic
     interleaved schedule). Each side uses ``run.num_threads`` torch threads. docs/async.md, "Overlap"."""
+    generation_restarts: int = 0
+    """``run.overlap: true``: how many times, over this process's run, the generation thread plays a batch again
+    after it failed (an ``Exception`` from the rollout: the same tasks and seed, so nothing is lost or doubled)
+    before the run stops with ``GenerationThreadError``. A batch that failed while its episodes were being put into
+    the buffer is never played again: the run stops. 0 = stop at the first failure. docs/async.md, "Overlap"."""
 
 
 @dataclass
@@ -320,6 +325,12 @@ def _validate_run_mode(cfg: TrainConfig) -> None:
     require(not isinstance(eta, bool) and isinstance(eta, int) and eta >= 0,
             f"run.max_staleness must be an int >= 0 (versions a consumed sample may lag), got {eta!r}")  # fmt: skip
     require(isinstance(cfg.run.overlap, bool), f"run.overlap must be true or false, got {cfg.run.overlap!r}")
+    restarts = cfg.run.generation_restarts
+    require(not isinstance(restarts, bool) and isinstance(restarts, int) and restarts >= 0,
+            f"run.generation_restarts must be an int >= 0 (replays of a failed generation batch), got {restarts!r}")  # fmt: skip
+    require(restarts == 0 or cfg.run.overlap, f"run.generation_restarts={restarts} without run.overlap=true: it "
+            "restarts the asynchronous loop's generation thread; set run.mode=async and run.overlap=true, or leave "
+            "it at 0")  # fmt: skip
     if mode != "async":
         require(not cfg.run.overlap, f"run.overlap=true with run.mode={mode!r}: overlap is the asynchronous loop's "
                 "generation thread; set run.mode=async (with run.max_staleness >= 1 for generation to run ahead)")  # fmt: skip

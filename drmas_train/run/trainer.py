@@ -628,7 +628,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     objective when ``algorithm.behaviour_weight_cap`` is set.
 
     Metrics per step, besides the synchronous loop's: ``async/generated_batches`` (batches completed during this
-    step), ``async/buffer_groups`` (groups held after the step took its own), per trained model
+    step), ``async/buffer_groups`` (groups held after the step took its own), with overlap
+    ``async/generation_restarts`` (failed batches played again so far, ``run.generation_restarts``), per trained model
     ``async/<m>/dropped_groups`` and ``dropped_samples`` (cumulative), ``async/<m>/generation_version``.
     ``perf/rollout_s`` is the time the step waited for its groups (with overlap: what generation did not hide).
 
@@ -639,7 +640,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     Raises:
         RuntimeError: a model still without ``batch_size`` groups within its bound after
             :data:`MAX_EXTRA_BATCHES` more batches (its generation lags its trainer by more than η).
-        GenerationThreadError: the generation thread failed (``run.overlap``), with its error as the cause.
+        GenerationThreadError: the generation thread failed (``run.overlap``) more often than
+            ``run.generation_restarts`` allows, or while putting a batch; its error is the cause.
     """
     from drmas_train.algorithm.advantages import DEFAULT_GROUPING
     from drmas_train.backends.base import SamplingParams
@@ -687,7 +689,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
                        progress=progress and cfg.run.progress)  # fmt: skip
 
     producer = BatchProducer(gen, buffer, lambda: [run.tasks[i] for i in run.sampler.next_batch()], roll,
-                             run.sampler.state_dict, overlap=overlap, max_extra=MAX_EXTRA_BATCHES, **resumed)  # fmt: skip
+                             run.sampler.state_dict, run.sampler.load_state_dict, overlap=overlap,
+                             max_extra=MAX_EXTRA_BATCHES, restarts=cfg.run.generation_restarts, **resumed)  # fmt: skip
     last = cfg.run.iterations - 1
 
     def ahead(t: int) -> int:  # the last batch step t may need; the generation thread plays none no step will take
@@ -721,6 +724,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
             played, timings = producer.step_stats()
             counts = buffer.counts()
             metrics.update({"async/generated_batches": float(played), "async/buffer_groups": float(buffer.held_groups())})
+            if overlap:
+                metrics["async/generation_restarts"] = float(producer.restarts_used)
             for mid in trained:
                 metrics[f"async/{mid}/dropped_groups"] = float(counts[mid].dropped_groups)
                 metrics[f"async/{mid}/dropped_samples"] = float(counts[mid].dropped_samples)

@@ -128,6 +128,87 @@ def test_an_error_in_the_generation_thread_stops_the_run_with_it(tmp_path, monke
     assert [r["iteration"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]
 
 
+def test_a_restarted_generation_thread_replays_the_failed_batch_so_the_run_is_still_the_sync_run(tmp_path, monkeypatch):
+    """run.generation_restarts=1, η = 0: the second batch's rollout finishes (its sampling seeds and the sampler's
+    draw consumed) and then raises. The thread plays that batch again from the sampler's committed state, so the
+    consumed samples, the metrics and every weight equal the synchronous run's, and one restart is counted."""
+    real_rollout, calls = rollout_module.rollout, []
+
+    def fails_after_second(*args, **kwargs):
+        result = real_rollout(*args, **kwargs)
+        calls.append(kwargs["seed"])
+        if len(calls) == 2:
+            raise ValueError("engine hiccup")
+        return result
+
+    sync_dir, thread_dir = tmp_path / "sync", tmp_path / "thread"
+    common = (*TWO_MODELS, "run.iterations=3", "run.save_samples=true")
+    train(tiny_config(sync_dir, *common), loader=tiny_loader)
+    monkeypatch.setattr(rollout_module, "rollout", fails_after_second)
+    train(tiny_config(thread_dir, *common, *OVERLAP, "run.max_staleness=0", "run.generation_restarts=1"),
+          loader=tiny_loader)  # fmt: skip
+    assert len(calls) == 4 and calls[1] == calls[2]  # batch 1 (0-based) played twice, with its own seed both times
+    sync_rows, thread_rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(thread_dir / "metrics.jsonl")
+    assert [r["async/generation_restarts"] for r in thread_rows][-1] == 1.0
+    for s, a in zip(sync_rows, thread_rows, strict=True):
+        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness")]
+        assert len(compared) > 20 and {k: s[k] for k in compared} == {k: a[k] for k in compared}
+    assert sum(r["async/generated_batches"] for r in thread_rows) == 3.0
+    assert _consumed(sync_dir, 3) == _consumed(thread_dir, 3)
+    sync_w, thread_w = checkpoint_weights(sync_dir, 3), checkpoint_weights(thread_dir, 3)
+    assert sync_w.keys() == thread_w.keys() and all(torch.equal(sync_w[k], thread_w[k]) for k in sync_w)
+
+
+def test_generation_restarts_are_bounded_over_the_run(tmp_path, monkeypatch):
+    """run.generation_restarts=1 and two failures (batches 1 and 2, each once): the first is replayed, the second
+    stops the run with its own error; the steps before it completed."""
+    real_rollout, calls = rollout_module.rollout, []
+
+    def failing(*args, **kwargs):
+        calls.append(kwargs["seed"])
+        if len(calls) in (2, 4):
+            raise ValueError(f"failure {len(calls) // 2}")
+        return real_rollout(*args, **kwargs)
+
+    monkeypatch.setattr(rollout_module, "rollout", failing)
+    run_dir = tmp_path / "run"
+    with pytest.raises(GenerationThreadError, match="failure 2") as caught:
+        train(tiny_config(run_dir, *OVERLAP, "run.iterations=4", "run.max_staleness=0", "run.generation_restarts=1"),
+              loader=tiny_loader)  # fmt: skip
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert len(calls) == 4 and calls[1] == calls[2] != calls[3]
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2] and rows[-1]["async/generation_restarts"] == 1.0
+
+
+def test_a_batch_that_failed_while_being_put_is_never_replayed(tmp_path, monkeypatch):
+    """A failure inside the buffer's put (part of a batch may be in) stops the run even with restarts left."""
+    import drmas_train.run.async_producer as producer_module
+
+    real_put, puts = producer_module.put_episodes, []
+
+    def failing_put(*args, **kwargs):
+        puts.append(1)
+        if len(puts) == 2:
+            raise ValueError("buffer broke")
+        return real_put(*args, **kwargs)
+
+    monkeypatch.setattr(producer_module, "put_episodes", failing_put)
+    with pytest.raises(GenerationThreadError, match="buffer broke"):
+        train(tiny_config(tmp_path / "run", *OVERLAP, "run.iterations=3", "run.max_staleness=0",
+                          "run.generation_restarts=3"), loader=tiny_loader)  # fmt: skip
+    assert len(puts) == 2
+
+
+@pytest.mark.parametrize(("overrides", "match"), [
+    (("run.generation_restarts=2",), r"run.generation_restarts=2 without run.overlap=true"),
+    ((*OVERLAP, "run.generation_restarts=-1"), r"run.generation_restarts must be an int >= 0.*got -1"),
+])  # fmt: skip
+def test_generation_restarts_config_is_validated(tmp_path, overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        validate_config(tiny_config(tmp_path / "run", *overrides))
+
+
 def test_a_staged_push_is_loaded_only_when_applied_and_a_checkpoint_counts_it_as_loaded():
     """GenerationSide.stage copies the due weights at once; the snapshot keeps its old weights until apply_staged;
     GenerationSide.frozen (what a checkpoint keeps) gives the staged version with the *staged* weights, even once the
