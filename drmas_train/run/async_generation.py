@@ -37,8 +37,35 @@ from drmas_train.run.policy_versions import PolicyVersions
 __all__ = ["GenerationSide", "FrozenSide", "put_episodes", "write_async_state", "read_async_state", "ASYNC_STATE_DIR"]
 
 
+def trainable_state(module: torch.nn.Module, *, clone: bool) -> dict[str, torch.Tensor]:
+    """``{name: tensor}`` of all that an update can change in ``module``: a PEFT model's LoRA weights (``lora_`` in the
+    name, every adapter's: PEFT lets only the *active* adapter's require grad, so ``requires_grad`` would miss the
+    others; :func:`~drmas_train.model.adapters.adapter_parameters` uses the same marker), not its frozen base; any
+    other model's parameters that require grad. Tied parameters appear once, under their first name. ``clone``:
+    detached copies (what a staged push or a checkpoint keeps) rather than the live tensors (an immediate load)."""
+    if hasattr(module, "peft_config"):
+        named = [(n, p) for n, p in module.named_parameters() if "lora_" in n]
+    else:
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    return {n: (p.detach().clone() if clone else p.detach()) for n, p in named}
+
+
+def load_trainable(module: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """Copy ``state`` (:func:`trainable_state`'s, or an older checkpoint's whole ``state_dict``) into ``module``.
+
+    Raises:
+        KeyError: a name ``module`` does not have.
+    """
+    unexpected = module.load_state_dict(dict(state), strict=False).unexpected_keys
+    if unexpected:
+        raise KeyError(f"weights for names the generation side's module does not have: {unexpected[:5]}")
+
+
 class GenerationSide:
     """Snapshots of the trained models' weights, their versions, and the pool that generates with them.
+
+    A push copies only what an update can change (:func:`trainable_state`): for a LoRA model the adapters, not the
+    base, so a staged push or a checkpoint's lagging weights hold megabytes, not a second base.
 
     Args:
         pool: the trainer's pool (its trained modules are copied once; its frozen models and tokenizers are shared
@@ -120,7 +147,7 @@ class GenerationSide:
         """
         pushed: set[str] = set()
         for module, mids in self._due(versions, updated):
-            self._copies[id(module)].load_state_dict(module.state_dict())
+            load_trainable(self._copies[id(module)], trainable_state(module, clone=False))
             pushed |= mids
         for mid in pushed:
             self.held[mid] = versions[mid]
@@ -147,7 +174,7 @@ class GenerationSide:
         """
         staged: set[str] = set()
         for module, mids in self._due(versions, updated):
-            self._staged[id(module)] = {k: t.detach().clone() for k, t in module.state_dict().items()}
+            self._staged[id(module)] = trainable_state(module, clone=True)
             staged |= mids
         self._staged_versions.update({mid: versions[mid] for mid in staged})
         return sorted(staged)
@@ -160,7 +187,7 @@ class GenerationSide:
             the model ids whose snapshots changed, sorted.
         """
         for key, state in self._staged.items():
-            self._copies[key].load_state_dict(state)
+            load_trainable(self._copies[key], state)
         changed = sorted(self._staged_versions)
         self.held.update(self._staged_versions)
         self._staged.clear()
@@ -176,8 +203,9 @@ class GenerationSide:
             module = self._source.models[mid].model
             if v != versions[mid] and not any(self._source.models[o].model is module for o in lagging):
                 # a staged push counts as loaded: its weights are the staged copy, not the snapshot's yet
-                state = self._staged.get(id(module)) or self._copies[id(module)].state_dict()
-                lagging[mid] = {k: t.detach().clone() for k, t in state.items()}
+                staged = self._staged.get(id(module))
+                lagging[mid] = ({k: t.clone() for k, t in staged.items()} if staged is not None
+                                else trainable_state(self._copies[id(module)], clone=True))  # fmt: skip
         return FrozenSide(held, lagging)
 
     @torch.no_grad()
@@ -185,7 +213,7 @@ class GenerationSide:
         """After a resume (the snapshots were copied from the resumed trainer weights): the versions the
         checkpointed snapshots had, and the weights of those that lagged (:attr:`FrozenSide.lagging`)."""
         for mid, state in weights.items():
-            self._copies[id(self._source.models[mid].model)].load_state_dict(state)
+            load_trainable(self._copies[id(self._source.models[mid].model)], state)
         self.held.update({mid: int(v) for mid, v in held.items() if mid in self.held})
 
     def metrics(self) -> dict[str, float]:
@@ -199,7 +227,7 @@ class FrozenSide:
     snapshot version, and the weights of the snapshots older than their trainer."""
 
     held: dict[str, int]
-    lagging: dict[str, dict[str, torch.Tensor]]  # model id -> state_dict (one per module: one of its adapters)
+    lagging: dict[str, dict[str, torch.Tensor]]  # model id -> trainable_state (one per module: one of its adapters)
 
 
 def put_episodes(

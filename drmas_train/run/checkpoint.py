@@ -108,11 +108,15 @@ def save_model_states(folder: str | Path, models: dict[str, tuple[Any, Any]], op
 
 
 def saved_model_weights(folder: str | Path) -> dict[str, torch.Tensor]:
-    """Every tensor of every full model under ``models/`` of checkpoint ``folder``, keyed ``<model_id>/<name>``
-    (LoRA adapters, in ``models/<key>/<adapter>/``, are not included): what two runs' checkpoints are compared on."""
+    """Every tensor of every model under ``models/`` of checkpoint ``folder``, keyed ``<model_id>/<name>``: a full
+    model's from ``models/<key>/``, a LoRA adapter's from ``models/<key>/<adapter>/`` (model id ``<key>:<adapter>``).
+    What two runs' checkpoints are compared on."""
+    models = Path(folder) / "models"
     out: dict[str, torch.Tensor] = {}
-    for model_dir in sorted({f.parent for f in (Path(folder) / "models").glob("*/*.safetensors")}):
-        out.update({f"{model_dir.name}/{name}": t for name, t in read_weights(model_dir).items()})
+    for model_dir in sorted({f.parent for f in models.glob("*/*.safetensors")} | {f.parent for f in models.glob("*/*/*.safetensors")}):
+        rel = model_dir.relative_to(models).parts
+        model_id = rel[0] if len(rel) == 1 else f"{rel[0]}:{rel[1]}"
+        out.update({f"{model_id}/{name}": t for name, t in read_weights(model_dir).items()})
     return out
 
 

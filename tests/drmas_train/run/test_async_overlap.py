@@ -241,11 +241,50 @@ def test_a_staged_push_is_loaded_only_when_applied_and_a_checkpoint_counts_it_as
     step()  # the trainer moves on to version 2 before the generation thread loads version 1
     side = gen.frozen(versions)
     assert side.held == {"m": 1, "m2": 0}
-    assert all(torch.equal(side.lagging["m"][k], v1[k]) for k in v1)  # the staged weights, not the snapshot's
-    assert all(torch.equal(side.lagging["m2"][k], v0["m2"][k]) for k in v0["m2"])
+    trainable = {n for n, p in loaded["m"].model.named_parameters() if p.requires_grad}
+    assert set(side.lagging["m"]) == set(side.lagging["m2"]) == trainable  # what an update can change, no more
+    assert all(torch.equal(side.lagging["m"][k], v1[k]) for k in trainable)  # the staged weights, not the snapshot's
+    assert all(torch.equal(side.lagging["m2"][k], v0["m2"][k]) for k in trainable)
     assert gen.apply_staged() == ["m"] and gen.held == {"m": 1, "m2": 0}
     assert all(torch.equal(t, v1[k]) for k, t in copy_m.state_dict().items())
     assert gen.pool.models["m"].tokenizer is not loaded["m"].tokenizer  # isolate: the side's own tokenizer
+
+
+ADAPTERS = ("models.m.adapters.one.r=2", "models.m.adapters.one.alpha=4", "models.m.adapters.two.r=2",
+            "models.m.adapters.two.alpha=4", "agents.a=m:one", "agents.b=m:two", "optim.lr=1.0e-2")  # fmt: skip
+
+
+def test_a_lora_push_copies_the_adapters_not_the_base_and_overlap_at_0_is_still_sync(tmp_path, monkeypatch):
+    """One base with an adapter per agent, η = 0 with the generation thread: every staged push holds the adapters'
+    tensors only (lora_A / lora_B, a small part of the model), and the run equals the synchronous one bit for bit
+    (metrics, consumed samples, every adapter weight)."""
+    from drmas_train.model.models import ModelSpec
+    from drmas_train.run.async_generation import GenerationSide
+
+    staged, real_stage = [], GenerationSide.stage
+
+    def recording_stage(self, versions, updated):
+        out = real_stage(self, versions, updated)
+        staged.extend(self._staged.values())
+        return out
+
+    monkeypatch.setattr(GenerationSide, "stage", recording_stage)
+    sync_dir, thread_dir = tmp_path / "sync", tmp_path / "thread"
+    common = (*ADAPTERS, "run.iterations=3", "run.save_samples=true")
+    train(tiny_config(sync_dir, *common), loader=tiny_loader)
+    train(tiny_config(thread_dir, *common, *OVERLAP, "run.max_staleness=0"), loader=tiny_loader)
+    assert len(staged) == 3  # one base module, pushed after each of the 3 updates
+    assert all(state and all("lora_" in k for k in state) for state in staged)
+    full = sum(t.numel() for t in tiny_loader(ModelSpec("tiny"), "m").model.state_dict().values())
+    assert sum(t.numel() for t in staged[0].values()) < full / 5
+    sync_rows, thread_rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(thread_dir / "metrics.jsonl")
+    for s, a in zip(sync_rows, thread_rows, strict=True):
+        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness")]
+        assert len(compared) > 20 and {k: s[k] for k in compared} == {k: a[k] for k in compared}
+    assert _consumed(sync_dir, 3) == _consumed(thread_dir, 3)
+    sync_w, thread_w = checkpoint_weights(sync_dir, 3), checkpoint_weights(thread_dir, 3)
+    assert sync_w.keys() == thread_w.keys() and any("lora_" in k for k in sync_w)
+    assert all(torch.equal(sync_w[k], thread_w[k]) for k in sync_w)
 
 
 def test_a_batch_in_flight_at_a_snapshot_is_played_again_from_it():
