@@ -90,7 +90,11 @@ class TextAECEnv(AECEnv):
     """
 
     # is_parallelizable: turn-based, so PettingZoo's aec_to_parallel raises a TypeError naming wrappers.to_parallel.
-    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "name": "drmas_text_env", "is_parallelizable": NOT_PARALLELIZABLE}
+    # reference_env_step: what one env step of the Dr. MAS reference's multi-agent loop is, for GiGPO's discounted
+    # step returns (drmas_train.algorithm.sample_advantages.gigpo_step_rewards): "round" (a new step when an agent
+    # acts a second time; the search env) or "episode" (the whole episode is one step; the math envs).
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "name": "drmas_text_env",
+                                "is_parallelizable": NOT_PARALLELIZABLE, "reference_env_step": "round"}  # fmt: skip
 
     # ---- bookkeeping, all rebuilt by reset() ----
     possible_agents: list[str]  # every agent that can ever act, in role order

@@ -77,6 +77,11 @@ class MathTeamEnv(TextAECEnv):
             ``grader``, or any error of the base / task loading.
     """
 
+    # the reference's math env is done after one step: its orchestra plays every Solver/Verifier loop inside that
+    # step, so every call has env_step 1 (agent_system/environments/env_package/math/envs.py:22-23,
+    # agent_system/agent/agents/math/solver_agent.py:59, agent_system/multi_turn_rollout/rollout_loop.py:452)
+    metadata: dict[str, Any] = {**TextAECEnv.metadata, "name": "drmas_math_team", "reference_env_step": "episode"}
+
     DEFAULT_PROMPTS: Mapping[str, str] = {}
 
     def __init__(

@@ -42,15 +42,30 @@ from drmas_train.algorithm.gae import call_token_rewards, gae, pad_rows
 __all__ = ["sample_advantages", "gigpo_step_rewards", "gae_returns"]
 
 
-def gigpo_step_rewards(samples: Sequence[Any], gamma: float) -> np.ndarray:
-    """(B,) GiGPO step rewards: each call's discounted return from its round, minus its format penalty.
+ENV_STEPS = ("round", "episode")
 
-    The env pays the episode reward ``R`` (``Sample.score``) at the end and nothing before, so the return of round
-    k of K is ``gamma^(K-1-k) R`` (:func:`~drmas_train.algorithm.advantages.step_discounted_returns` over
-    :func:`~drmas_train.algorithm.advantages.env_rounds`); the penalty is subtracted afterwards, as the reference
-    does (``verl/trainer/ppo/ray_trainer.py:222-223``). Computed as ``reward + (return - R)``, so ``gamma = 1``
-    gives ``Sample.reward`` exactly.
+
+def gigpo_step_rewards(samples: Sequence[Any], gamma: float, env_step: str = "round") -> np.ndarray:
+    """(B,) GiGPO step rewards: each call's discounted return from its env step, minus its format penalty.
+
+    The env pays the episode reward ``R`` (``Sample.score``) at the end and nothing before, so the return of step
+    k of K is ``gamma^(K-1-k) R`` (:func:`~drmas_train.algorithm.advantages.step_discounted_returns`); the penalty is
+    subtracted afterwards, as the reference does (``verl/trainer/ppo/ray_trainer.py:222-223``). Computed as
+    ``reward + (return - R)``, so ``gamma = 1`` gives ``Sample.reward`` exactly.
+
+    Args:
+        env_step: what one env step is, as the env's ``metadata["reference_env_step"]`` says: ``"round"``
+            (:func:`~drmas_train.algorithm.advantages.env_rounds`: Verifier + Search/Answer in the search env) or
+            ``"episode"`` (the reference's math env is done after one step, every call's env_step is 1, so every
+            call's return is ``R`` whatever ``gamma``: the result is ``Sample.reward``).
+
+    Raises:
+        ValueError: an ``env_step`` other than ``"round"`` or ``"episode"``.
     """
+    if env_step not in ENV_STEPS:
+        raise ValueError(f"env_step={env_step!r}; accepted: {', '.join(ENV_STEPS)}")
+    if env_step == "episode":
+        return np.array([s.reward for s in samples], dtype=np.float64)
     traj = [s.traj_uid for s in samples]
     rounds = env_rounds(traj, [s.turn for s in samples], [s.agent_id for s in samples])
     last_round: dict[str, int] = {}
@@ -71,6 +86,7 @@ def sample_advantages(
     greedy: Sequence[Any] | None = None,
     values: Sequence[Sequence[float]] | None = None,
     token_penalty: Sequence[Sequence[float]] | None = None,
+    env_step: str = "round",
 ) -> np.ndarray:
     """Advantages of ``samples`` under ``algorithm`` (the ``algorithm`` section of the training config:
     ``estimator``, ``grouping``, ``norm_by_std``, ``eps``, ``unbiased_std``, ``singleton``, ``gamma``, ``lam``,
@@ -83,6 +99,7 @@ def sample_advantages(
         values: B rows of the critic's per-token values; required by estimators that read ``values`` (GAE).
         token_penalty: B rows of per-token reward penalties (the KL in the reward,
             :func:`drmas_train.algorithm.reward_shaping.kl_reward_penalty`), or None.
+        env_step: GiGPO's env step (:func:`gigpo_step_rewards`): the env's ``metadata["reference_env_step"]``.
 
     Raises:
         ValueError: unknown estimator; ReMax without ``greedy``; GAE without ``values``; GiGPO on samples without
@@ -120,7 +137,7 @@ def sample_advantages(
                              f"anchor_key (first: row {missing[0]}); samples from the rollout engine carry it")  # fmt: skip
         kw["anchor"] = [s.anchor_key for s in samples]
     if "step_rewards" in params and a.gamma != 1:
-        kw["step_rewards"] = gigpo_step_rewards(samples, a.gamma)
+        kw["step_rewards"] = gigpo_step_rewards(samples, a.gamma, env_step)
     if "step_weight" in params:
         kw["step_weight"] = a.gigpo_step_weight
     if "baseline" in params:

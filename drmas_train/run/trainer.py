@@ -50,6 +50,7 @@ class RunState:
     kl_control: Any = None  # the KL-in-reward coefficient's controller (algorithm.reward_kl_coef > 0), else None
     versions: Any = None  # PolicyVersions: each trained model's update count (drmas_train.run.policy_versions)
     async_snapshot: Any = None  # run.mode async: the loop's state at the end of the last step, for checkpoints
+    env_step: str = "round"  # the env's metadata["reference_env_step"] (GiGPO's discounted step returns)
     started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
 
     def elapsed(self) -> float:
@@ -224,7 +225,8 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     metrics_logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start,
-                    updater, elapsed_before, kl_control, versions=versions)  # fmt: skip
+                    updater, elapsed_before, kl_control, versions=versions,
+                    env_step=probe.metadata.get("reference_env_step", "round"))  # fmt: skip
 
 
 def _restored_versions(cfg: TrainConfig, updater: Any, state: dict[str, Any], iteration: int) -> PolicyVersions:
@@ -243,7 +245,7 @@ def _restored_versions(cfg: TrainConfig, updater: Any, state: dict[str, Any], it
 def compute_advantages(cfg: TrainConfig, samples: list[Any], greedy: list[Any] | None = None, **columns: Any) -> np.ndarray:
     """Advantages of the iteration's samples with the configured estimator and grouping: (B,), or (B, T) per token
     for ``gae`` (:func:`drmas_train.algorithm.sample_advantages.sample_advantages`; ``greedy``: ReMax's greedy
-    samples; ``columns``: ``values`` and ``token_penalty``)."""
+    samples; ``columns``: ``values``, ``token_penalty`` and ``env_step``)."""
     from drmas_train.algorithm.sample_advantages import sample_advantages
 
     return sample_advantages(samples, cfg.algorithm, greedy=greedy, **columns)
@@ -306,7 +308,7 @@ def _advantages(run: RunState, samples: list[Any], greedy: Any, seed: int) -> tu
         metrics.update({"reward/kl_penalty": mean_kl, "reward/kl_coef": beta})
     if run.updater.critic_keys:
         columns["values"] = run.updater.critic_values(samples)
-    adv = compute_advantages(cfg, samples, greedy_samples, **columns)
+    adv = compute_advantages(cfg, samples, greedy_samples, env_step=run.env_step, **columns)
     if "values" in columns:
         returns = gae_returns(samples, columns["values"], a, token_penalty=columns.get("token_penalty"))
         metrics.update(_value_metrics(samples, columns["values"], returns))

@@ -353,12 +353,38 @@ def test_step_discounted_returns_and_sample_step_rewards(seed, gamma):
         np.testing.assert_array_equal(gigpo_step_rewards(samples, gamma), t["score"].astype(np.float64))
 
 
-def test_env_rounds_are_the_reference_env_steps():
-    # search: V S | V S | V A ; math: S V | S
+def test_env_rounds_are_the_reference_env_steps_of_search():
+    # search: V S | V S | V A (one orchestra run per env step); math episodes are split the same way, but the
+    # reference counts a whole math episode as one env step (next test)
     traj = ["a"] * 6 + ["b"] * 3
     agent = ["verifier", "search", "verifier", "search", "verifier", "answer", "solver", "verifier", "solver"]
     turn = [0, 1, 2, 3, 4, 5, 0, 1, 2]
     assert env_rounds(traj, turn, agent).tolist() == [0, 0, 1, 1, 2, 2, 0, 0, 1]
+
+
+@pytest.mark.parametrize("gamma", [0.95, 0.0])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_math_step_rewards_are_one_env_step_per_episode_as_in_the_reference(seed, gamma):
+    """The reference's math env is done after one step (agent_system/environments/env_package/math/envs.py:22-23)
+    and every Solver/Verifier call of the episode gets env_step 1 (agent_system/agent/agents/math/solver_agent.py:59,
+    rollout_loop.py:452): compute_step_discounted_returns then gives every call R, whatever gamma. The math envs say
+    so in metadata["reference_env_step"], and gigpo_step_rewards with "episode" agrees with the reference."""
+    import drmas_envs
+
+    t = random_table(seed)
+    env_reward = np.array(t["episode"], dtype=np.float64)
+    returns = ref.compute_step_discounted_returns(env_reward, t["traj"], np.ones(len(env_reward)),
+                                                  np.ones(len(env_reward), dtype=np.int64), gamma)  # fmt: skip
+    want = returns.double().numpy() - (t["episode"] - t["score"])
+    samples = [Sample(u, tr, a, "m", int(k), int(at), [1], [2], [0.0], [1], reward=float(s), score=float(e))
+               for u, tr, a, k, at, s, e in zip(t["uid"], t["traj"], t["agent"], t["turn"], t["agent_turn"], t["score"],
+                                                t["episode"], strict=True)]  # fmt: skip
+    np.testing.assert_allclose(gigpo_step_rewards(samples, gamma, "episode"), want, atol=ATOL, rtol=0)
+    assert not np.allclose(gigpo_step_rewards(samples, gamma, "round"), want)  # rounds would discount early calls
+    assert drmas_envs.make("math-solver-verifier-v0").metadata["reference_env_step"] == "episode"
+    assert drmas_envs.make("search-orchestrator-v0").metadata["reference_env_step"] == "round"
+    with pytest.raises(ValueError, match="env_step='turn'; accepted: round, episode"):
+        gigpo_step_rewards(samples, gamma, "turn")
 
 
 # ---------------------------------------------------------------- deliberate differences

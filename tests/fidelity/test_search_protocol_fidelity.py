@@ -125,7 +125,7 @@ def test_tag_less_answer_at_the_last_step_ends_at_the_step_limit():
 
 
 def test_an_answer_pair_inside_a_search_reply_ends_the_episode():
-    """search:50 projects the Search reply to ``<search>q</search>`` (projection :178-185, return_tag=True); the env
+    """search_agent.py:55 projects the Search reply to ``<search>q</search>`` (projection :178-185, return_tag=True); the env
     ends the episode when that action holds ``<answer>`` and ``</answer>`` (env.py:58-61, checked at :84-86 before
     any search, so nothing is retrieved), and scores the last answer pair of the history (env.py:49-53,
     search/utils.py:65-98): EM 1 -> reward 1 for every agent."""

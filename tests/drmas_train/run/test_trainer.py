@@ -130,3 +130,24 @@ def test_reference_padding_and_loss_layout_in_the_trainer(tmp_path, monkeypatch)
     # 2 tasks x G = 3 x 2 agents = 12 calls of one model, padded to 16 (a multiple of lcm(8, 4) on one rank)
     assert row["rollout/samples"] == 12 and row["rollout/padding_samples"] == 4 and seen == [(16, 16)]
     assert row["loss/m/steps"] == 1.0
+
+
+@pytest.mark.parametrize("unit", ["round", "episode"])
+def test_the_env_says_what_one_gigpo_env_step_is(tmp_path, monkeypatch, unit):
+    """The trainer hands the env's metadata["reference_env_step"] to the advantages (GiGPO's discounted step
+    returns, drmas_train.algorithm.sample_advantages.gigpo_step_rewards): with "episode" and gamma 0.95 every call's
+    step reward is its own reward, as in the reference's math env."""
+    import drmas_train.run.trainer as trainer_module
+    from helpers.tiny_rl import TargetTokenEnv
+
+    seen, real = [], trainer_module.compute_advantages
+
+    def spy(cfg, samples, greedy=None, **columns):
+        seen.append(columns["env_step"])
+        return real(cfg, samples, greedy, **columns)
+
+    monkeypatch.setattr(trainer_module, "compute_advantages", spy)
+    monkeypatch.setattr(TargetTokenEnv, "metadata", {**TargetTokenEnv.metadata, "reference_env_step": unit})
+    train(tiny_config(tmp_path / "run", "run.iterations=1", "algorithm.estimator=gigpo", "algorithm.gamma=0.95"),
+          loader=tiny_loader)  # fmt: skip
+    assert seen == [unit]
