@@ -76,7 +76,7 @@ class BatchProducer:
         state: what :meth:`snapshot` returned (``generated``, ``positions``, ``order``, ``plays``), on ``--resume``.
 
     Raises:
-        ValueError: ``max_extra`` < 0 or ``restarts`` < 0.
+        ValueError: ``max_extra`` < 0, ``restarts`` < 0, or ``restarts`` without ``restore_sampler``.
     """
 
     def __init__(
