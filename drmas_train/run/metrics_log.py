@@ -188,8 +188,9 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
     more rows of :data:`HEALTH_PANELS` (gradient norm and share, advantage second moment against the Prop. 4.3
     prediction, response length, format-penalty rate and zero-advantage groups, log-prob gap, per agent), with the
     iterations where an agent ran away from the others (``health/runaway_agents`` > 0) shaded. An asynchronous run
-    (any ``async/`` metric) gets a last row of :data:`PACING_PANELS` per trained model: generation throughput,
-    staleness of what each update consumed (mean and max) and the trainer's and the generation side's versions.
+    (any ``async/`` metric) gets one last row of :data:`PACING_PANELS`, each with a line per trained model:
+    generation throughput, staleness of what each update consumed (mean and max) and the trainer's and the
+    generation side's versions.
 
     Validation points exist only at the iterations where it ran; they are drawn as markers joined by a line, with
     their standard error over tasks (``val/avg@k_stderr``) as error bars. The latest paired held-out gain over

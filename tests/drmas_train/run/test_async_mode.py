@@ -39,9 +39,9 @@ def test_async_at_staleness_0_is_the_sync_run_bit_for_bit(tmp_path, models):
     assert [r["iteration"] for r in async_rows] == [1, 2]
     for s, a in zip(sync_rows, async_rows, strict=True):
         compared = [
-            k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness")
+            k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")
         ]
-        assert len(compared) > 20 and any(k.startswith("reward/") for k in compared)
+        assert len(compared) > 20 and all(any(k.startswith(p) for k in compared) for p in ("reward/", "agent/"))
         assert {k: s[k] for k in compared} == {k: a[k] for k in compared}
         assert a["async/generated_batches"] == 1.0 and a["async/buffer_groups"] == 0.0
         assert all(a[k] == 0.0 for k in a if k.endswith("/dropped_groups"))

@@ -45,7 +45,7 @@ def test_overlap_at_staleness_0_is_the_sync_run_bit_for_bit(tmp_path):
     elapsed = [r["perf/elapsed_s"] for r in thread_rows]  # the run's wall-clock at each iteration's end
     assert 0 < elapsed[0] < elapsed[1] < elapsed[2]
     for s, a in zip(sync_rows, thread_rows, strict=True):
-        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness", "val")]
+        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness", "val")]
         assert len(compared) > 20 and any(k.startswith("val/") for k in compared)
         assert {k: s[k] for k in compared} == {k: a[k] for k in compared}
     # batches completed per step depend on timing (the next one may finish before the step's count); none is lost,
@@ -151,7 +151,7 @@ def test_a_restarted_generation_thread_replays_the_failed_batch_so_the_run_is_st
     sync_rows, thread_rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(thread_dir / "metrics.jsonl")
     assert [r["async/generation_restarts"] for r in thread_rows][-1] == 1.0
     for s, a in zip(sync_rows, thread_rows, strict=True):
-        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness")]
+        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")]
         assert len(compared) > 20 and {k: s[k] for k in compared} == {k: a[k] for k in compared}
     assert sum(r["async/generated_batches"] for r in thread_rows) == 3.0
     assert _consumed(sync_dir, 3) == _consumed(thread_dir, 3)
@@ -279,7 +279,7 @@ def test_a_lora_push_copies_the_adapters_not_the_base_and_overlap_at_0_is_still_
     assert sum(t.numel() for t in staged[0].values()) < full / 5
     sync_rows, thread_rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(thread_dir / "metrics.jsonl")
     for s, a in zip(sync_rows, thread_rows, strict=True):
-        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness")]
+        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")]
         assert len(compared) > 20 and {k: s[k] for k in compared} == {k: a[k] for k in compared}
     assert _consumed(sync_dir, 3) == _consumed(thread_dir, 3)
     sync_w, thread_w = checkpoint_weights(sync_dir, 3), checkpoint_weights(thread_dir, 3)
@@ -412,7 +412,7 @@ def test_kill_9_then_resume_loses_no_group_and_duplicates_none(tmp_path, eta):
         train(tiny_config(straight, *overrides), loader=tiny_loader)
         a, b = read_metrics(straight / "metrics.jsonl"), rows
         for x, y in zip(a, b, strict=True):
-            keep = [k for k in x if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "version", "staleness")]
+            keep = [k for k in x if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")]
             assert {k: x[k] for k in keep} == {k: y[k] for k in keep}
         wa, wb = checkpoint_weights(straight, 4), checkpoint_weights(killed, 4)
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
