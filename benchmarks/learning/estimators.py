@@ -237,7 +237,7 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     names = sorted({n for r in records for n in r["critic"]})
     out["critic"] = {f"{n}/{end}": est([r["critic"].get(n, {}).get(end) for r in records])
                      for n in names for end in ("first", "last")}  # fmt: skip
-    out["peak_rss_gb"] = max((r["peak_rss_gb"] for r in records), default=None)
+    out["peak_rss_gb"] = max((r["peak_rss_gb"] for r in records if r["peak_rss_gb"] is not None), default=None)
     return out
 
 
@@ -272,7 +272,6 @@ def _train_one(job: dict[str, Any]) -> dict[str, Any]:
     import logging
 
     from drmas_train.run.config import load_config
-    from drmas_train.run.metrics_log import read_metrics
     from drmas_train.run.trainer import train
 
     run_dir = Path(job["run_dir"])
@@ -289,23 +288,58 @@ def _train_one(job: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     train(cfg, overwrite=True)  # an unfinished earlier attempt of this run is replaced
     wall = time.perf_counter() - t0
-    load_end = os.getloadavg()[0]
+    record = write_record(job, cfg, wall_time_s=round(wall, 1), load_start=load_start, load_end=os.getloadavg()[0],
+                          peak_rss_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))  # fmt: skip
+    handler.close()
+    return record
+
+
+def write_record(job: dict[str, Any], cfg: Any, **measured: Any) -> dict[str, Any]:
+    """Write ``job``'s record (:data:`RECORD`) from its finished run directory and return it: the run's config
+    (``cfg``), :func:`run_record` of its metrics, the final validation's per-task scores, and ``measured``
+    (``wall_time_s``, ``load_start``, ``load_end``, ``peak_rss_gb``, and any note). Deletes the run's checkpoints
+    unless ``job["keep_checkpoints"]``.
+
+    Raises:
+        FileNotFoundError: the run has no metrics or no final validation.
+    """
+    from drmas_train.model.adapters import split_model_id
+    from drmas_train.run.metrics_log import read_metrics
+
+    run_dir = Path(job["run_dir"])
     record = {"job": _job_key(job), "preset": job["preset"], "seed": job["seed"], "run_dir": job["run_dir"],
               "estimator": cfg.algorithm.estimator, "grouping": cfg.algorithm.grouping, "env_id": cfg.env.id,
-              "agent_models": {a: cfg.models[m].name_or_path for a, m in cfg.agents.items()},
+              "agent_models": {a: cfg.models[split_model_id(m)[0]].name_or_path for a, m in cfg.agents.items()},
               "sampling": {"temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p, "top_k": cfg.eval.top_k,
                            "max_new_tokens": cfg.rollout.max_new_tokens},
               **run_record(read_metrics(run_dir / "metrics.jsonl"))}  # fmt: skip
     final = json.loads((run_dir / "validation" / f"iter_{record['final_iteration']:06d}.json").read_text())
     record["final_scores"] = final["scores"]
     record["data_source"] = _data_source(cfg)
-    record.update(wall_time_s=round(wall, 1), load_start=load_start, load_end=load_end, threads=job["threads"],
-                  peak_rss_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))  # fmt: skip
+    record.update(threads=job["threads"], **measured)
     if not job["keep_checkpoints"]:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     (run_dir / RECORD).write_text(json.dumps(record, indent=1))
-    handler.close()
     return record
+
+
+def record_finished(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of a run that finished training but whose record was never written (the benchmark stopped, or
+    its record step failed): written from the run directory when its ``summary.json`` covers every configured
+    iteration, else None. What only the training process could measure is left out: ``wall_time_s`` is the
+    trainer's own (``summary.json``), ``load_start``, ``load_end`` and ``peak_rss_gb`` are None, and
+    ``recorded_after_the_run`` is True."""
+    from drmas_train.run.config import load_config
+
+    summary = Path(job["run_dir"]) / "summary.json"
+    cfg = load_config(job["preset"], job["overrides"])
+    if not summary.is_file():
+        return None
+    done = json.loads(summary.read_text())
+    if done.get("iterations") != cfg.run.iterations or str(cfg.run.iterations) not in done.get("validation", {}):
+        return None
+    return write_record(job, cfg, wall_time_s=round(float(done["wall_time_s"]), 1), load_start=None, load_end=None,
+                        peak_rss_gb=None, recorded_after_the_run=True)  # fmt: skip
 
 
 def _data_source(cfg: Any) -> str:
@@ -395,6 +429,9 @@ def _parser() -> argparse.ArgumentParser:
         help="leaderboard and results (default benchmarks/learning/estimators)",
     )
     p.add_argument("--title", default=None, help="leaderboard title")
+    p.add_argument("--record-finished", action="store_true",
+                   help="write the missing record of a run that finished training (its record step failed or never "
+                        "ran) from its run directory instead of training it again; its load and peak RSS are unknown")  # fmt: skip
     p.add_argument(
         "--rerun", action="store_true", help="re-run finished runs instead of reusing their records"
     )
@@ -469,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     records: list[dict[str, Any]] = []
     todo = []
     for job in jobs:
-        done = None if args.rerun else _reusable(job)
+        done = None if args.rerun else _reusable(job) or (record_finished(job) if args.record_finished else None)
         (records.append(done) if done else todo.append(job))
     failed = []
     extra = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a fresh process per run

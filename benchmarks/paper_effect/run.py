@@ -15,7 +15,7 @@ Then the protocol's outcomes per setting:
 * wall time, peak RSS and load per run.
 
 Writes ``results.json`` (every run's record plus ``paper_effect``: the outcomes above), the leaderboard of the six
-arms, and prints one JSON object. Exit codes as ``estimators.py``: 0 ok, 1 a run failed, 2 bad arguments.
+arms, ``paper_effect.png`` (:func:`plot_outcomes`), and prints one JSON object. Exit codes as ``estimators.py``: 0 ok, 1 a run failed, 2 bad arguments.
 
     python benchmarks/paper_effect/run.py                         # the protocol: 18 runs, 8-11 h on 2 cores
     python benchmarks/paper_effect/run.py --jobs 2                # two at a time on an idle 2-core machine
@@ -180,6 +180,50 @@ def setting_outcomes(drmas_runs: Sequence[Mapping[str, Any]], grpo_runs: Sequenc
     }
 
 
+def plot_outcomes(outcomes: Mapping[str, Mapping[str, Any]], path: Path) -> Any:
+    """``paper_effect.png``: one column per setting with outcomes. Top: each seed's held-out gain in both arms (a line
+    per seed pairs them) and each arm's mean ± SE. Bottom: Prop. 4.3 per agent, the predicted GRPO/Dr. MAS ratio
+    (advantage second moment) against the measured one (squared per-agent gradient norm), with the identity line.
+    Settings whose outcomes are an ``{"error"}`` are left out. Returns the matplotlib figure (closed, saved)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [s for s, o in outcomes.items() if "error" not in o]
+    fig, axes = plt.subplots(2, max(len(shown), 1), figsize=(4.2 * max(len(shown), 1), 7.5), squeeze=False)
+    for col, setting in enumerate(shown):
+        o, top, bottom = outcomes[setting], axes[0][col], axes[1][col]
+        arms = o["arms"]
+        for d_run, g_run in zip(arms["drmas"]["runs"], arms["grpo"]["runs"], strict=True):
+            top.plot([0, 1], [g_run["gain"], d_run["gain"]], "o-", color="0.6", label=f"seed {d_run['seed']}")
+        for x, name in ((0, "grpo"), (1, "drmas")):
+            g = arms[name]["gain"]
+            top.errorbar([x + 0.08], [g["mean"]], yerr=[g["stderr"] or 0.0], fmt="s", color="C3", capsize=4)
+        d = o["gain_difference"]
+        se = f" ± {d['stderr']:.3f}" if d["stderr"] is not None else ""
+        top.set(xticks=[0, 1], xticklabels=["GRPO", "Dr. MAS"], xlim=(-0.4, 1.4), ylabel="held-out gain (avg@k)",
+                title=f"{setting}\nd = {d['mean']:+.3f}{se}: {o['verdict']}")  # fmt: skip
+        top.axhline(0.0, color="0.85", lw=0.8)
+        top.title.set_fontsize(9)
+        points = [(a, r["predicted"], r["measured"]) for a, r in o["prop43"].items()
+                  if r["predicted"] is not None and r["measured"] is not None]  # fmt: skip
+        for agent, pred, meas in points:
+            bottom.plot([pred], [meas], "o")
+            bottom.annotate(agent, (pred, meas), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        if points:
+            lo = min(min(p[1], p[2]) for p in points) * 0.9
+            hi = max(max(p[1], p[2]) for p in points) * 1.1
+            bottom.plot([lo, hi], [lo, hi], "--", color="0.6", lw=0.8)
+        bottom.set(xlabel="predicted GRPO / Dr. MAS (adv. 2nd moment)", ylabel="measured (grad norm²)",
+                   title="Prop. 4.3 per agent, pooled over seeds")  # fmt: skip
+        bottom.title.set_fontsize(9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return fig
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=list(SETTINGS), metavar="SETTING",
@@ -191,6 +235,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default="runs/paper_effect", help="where the training runs go")
     p.add_argument("--out", default=str(HERE), help="results.json and the leaderboard (default: this folder)")
     p.add_argument("--rerun", action="store_true", help="re-run finished runs instead of reusing their records")
+    p.add_argument("--record-finished", action="store_true",
+                   help="record runs that finished training without a record (estimators.py --record-finished)")
     p.add_argument("overrides", nargs="*", help="dotted overrides for every run (not the protocol)")
     return p
 
@@ -204,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
              "--jobs", str(args.jobs), "--threads", "1", "--runs", args.runs, "--out", args.out,
              "--title", "Dr. MAS vs GRPO where the agents differ (benchmarks/paper_effect/PROTOCOL.md)",
              *(["--iterations", str(args.iterations)] if args.iterations is not None else []),
-             *(["--rerun"] if args.rerun else []), *args.overrides]  # fmt: skip
+             *(["--rerun"] if args.rerun else []), *(["--record-finished"] if args.record_finished else []),
+             *args.overrides]  # fmt: skip
     # its own process (its run loop spawns workers that import it by path); its JSON line goes to stderr, so that
     # stdout carries this script's one JSON object
     proc = subprocess.run([sys.executable, str(ESTIMATORS), *inner], stdout=subprocess.PIPE, text=True, check=False)
@@ -228,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             outcomes[setting] = {"error": str(err)}
     results["paper_effect"] = {"protocol": protocol, "settings": outcomes}
     results_path.write_text(json.dumps(results, indent=1) + "\n")
+    plot_outcomes(outcomes, Path(args.out) / "paper_effect.png")
     brief = {s: {k: o.get(k) for k in ("seeds", "gain_difference", "verdict", "error") if k in o}
              for s, o in outcomes.items()}  # fmt: skip
     print(json.dumps({"protocol": protocol, "settings": brief, "failed": results["failed"],

@@ -158,6 +158,32 @@ def test_the_script_trains_two_presets_and_ranks_them_on_a_leaderboard(tmp_path)
 
 
 @pytest.mark.slow
+def test_a_lora_agents_run_is_recorded_and_a_missing_record_is_written_from_the_finished_run(tmp_path):
+    """Adapter model ids (``base:solver``) in the record's agent models (a KeyError once lost six finished runs'
+    records); ``--record-finished`` writes the record of a finished run from its directory without training it
+    again, with the measures only the training process had left out."""
+    tiny = ["models.base.name_or_path=tiny-llama", *TINY[1:]]
+    args = ["--presets", "quickstart_math_lora_agents", "--seeds", "1", "--iterations", "1",
+            "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), *tiny]  # fmt: skip
+    done = _script(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = tmp_path / "runs" / "quickstart_math_lora_agents" / "seed_0"
+    first = json.loads((run / "benchmark_run.json").read_text())
+    assert first["agent_models"] == {"solver": "tiny-llama", "verifier": "tiny-llama"} and first["peak_rss_gb"] > 0
+    (run / "benchmark_run.json").unlink()
+    again = _script(*args, "--record-finished")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "done " not in again.stderr  # nothing retrained
+    second = json.loads((run / "benchmark_run.json").read_text())
+    assert second["recorded_after_the_run"] is True and second["peak_rss_gb"] is None and second["load_start"] is None
+    for key in ("gain", "initial", "final", "final_scores", "agent_grad_norm", "agent_models"):
+        assert second[key] == first[key]
+    summary = json.loads((run / "summary.json").read_text())
+    assert second["wall_time_s"] == round(summary["wall_time_s"], 1)
+    assert json.loads(again.stdout)["failed"] == []
+
+
+@pytest.mark.slow
 def test_the_script_refuses_an_unknown_preset_with_one_line(tmp_path):
     done = _script(
         "--presets", "quickstart_math_nope", "--out", str(tmp_path / "out"), "--runs", str(tmp_path)

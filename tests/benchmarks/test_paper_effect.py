@@ -110,6 +110,31 @@ def test_setting_outcomes_pair_the_seeds():
         mod.setting_outcomes(dr[:1], gr[1:], health)
 
 
+def test_the_plot_pairs_each_seeds_gains_and_places_prop43_points(tmp_path):
+    """plot_outcomes: per setting, one line per seed from its GRPO gain to its Dr. MAS gain, and one Prop. 4.3 point
+    per agent at (predicted, measured); a setting with an error is left out."""
+    mod = _module()
+
+    def runs(gains):
+        return [{"seed": 1000 + i, "gain": g} for i, g in enumerate(gains)]
+
+    outcomes = {
+        "a": {"arms": {"drmas": {"runs": runs([0.3, 0.2]), "gain": {"mean": 0.25, "stderr": 0.05}},
+                       "grpo": {"runs": runs([0.1, 0.15]), "gain": {"mean": 0.125, "stderr": 0.025}}},
+              "gain_difference": {"mean": 0.125, "stderr": 0.075, "n": 2}, "verdict": "not distinguishable at n = 2 seeds",
+              "prop43": {"x": {"predicted": 1.5, "measured": 1.2}, "y": {"predicted": None, "measured": 1.0}}},
+        "b": {"error": "no seed has both arms"},
+    }  # fmt: skip
+    path = tmp_path / "pe.png"
+    fig = mod.plot_outcomes(outcomes, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    top, bottom = fig.axes
+    pairs = [list(line.get_ydata()) for line in top.get_lines() if line.get_label().startswith("seed")]
+    assert pairs == [[0.1, 0.3], [0.15, 0.2]]
+    points = [(line.get_xdata()[0], line.get_ydata()[0]) for line in bottom.get_lines() if line.get_marker() == "o"]
+    assert points == [(1.5, 1.2)]  # the agent without a prediction is not placed
+
+
 @pytest.mark.slow
 def test_a_smoke_run_of_one_setting_writes_its_outcomes(tmp_path, capsys):
     mod = _module()
@@ -128,4 +153,4 @@ def test_a_smoke_run_of_one_setting_writes_its_outcomes(tmp_path, capsys):
     # both models of the non-sharing team were updated and their health recorded
     assert set(runs[0]["gradient_health"]["models"]) == {"solver_model", "verifier_model"}
     assert saved["verdict"] == "not distinguishable at n = 1 seed"  # one seed: no standard error
-    assert (tmp_path / "out" / "leaderboard.md").is_file()
+    assert (tmp_path / "out" / "leaderboard.md").is_file() and (tmp_path / "out" / "paper_effect.png").is_file()
