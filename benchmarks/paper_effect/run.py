@@ -15,7 +15,8 @@ Then the protocol's outcomes per setting:
 * wall time, peak RSS and load per run.
 
 Writes ``results.json`` (every run's record plus ``paper_effect``: the outcomes above), the leaderboard of the six
-arms, ``paper_effect.png`` (:func:`plot_outcomes`), and prints one JSON object. Exit codes as ``estimators.py``: 0 ok, 1 a run failed, 2 bad arguments.
+arms, ``paper_effect.png`` (:func:`plot_outcomes`), and prints one JSON object. Exit codes as ``estimators.py``:
+0 ok, 1 a run failed, 2 bad arguments.
 
     python benchmarks/paper_effect/run.py                         # the protocol: 18 runs, 8-11 h on 2 cores
     python benchmarks/paper_effect/run.py --jobs 2                # two at a time on an idle 2-core machine
