@@ -32,6 +32,7 @@ import torch
 
 from drmas_train.collect.group_buffer import GroupBuffer
 from drmas_train.model.assignment import ModelPool
+from drmas_train.model.weights import is_peft
 from drmas_train.run.policy_versions import PolicyVersions
 
 __all__ = ["GenerationSide", "FrozenSide", "put_episodes", "write_async_state", "read_async_state", "ASYNC_STATE_DIR"]
@@ -43,7 +44,7 @@ def trainable_state(module: torch.nn.Module, *, clone: bool) -> dict[str, torch.
     others; :func:`~drmas_train.model.adapters.adapter_parameters` uses the same marker), not its frozen base; any
     other model's parameters that require grad. Tied parameters appear once, under their first name. ``clone``:
     detached copies (what a staged push or a checkpoint keeps) rather than the live tensors (an immediate load)."""
-    if hasattr(module, "peft_config"):
+    if is_peft(module):
         named = [(n, p) for n, p in module.named_parameters() if "lora_" in n]
     else:
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]

@@ -31,6 +31,26 @@ def _consumed(run_dir, iterations: int) -> list[list]:
     return [load_samples(run_dir / "samples" / f"iter_{k:06d}.jsonl") for k in range(1, iterations + 1)]
 
 
+SAME_RUN = ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")  # metric families compared
+
+
+def _assert_same_run(sync_dir, other_dir, iterations: int, families=SAME_RUN) -> tuple[list, list, dict]:
+    """The run in ``other_dir`` is the synchronous one in ``sync_dir`` bit for bit: every metric of ``families``
+    (more than 20 per iteration), the consumed samples, and every tensor of the last checkpoint (``torch.equal``).
+    Returns both metrics rows and the sync run's weights, for the caller's own checks."""
+    sync_rows, rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(other_dir / "metrics.jsonl")
+    for s, a in zip(sync_rows, rows, strict=True):
+        compared = [k for k in s if k.split("/")[0] in families]
+        assert len(compared) > 20 and {k: s[k] for k in compared} == {k: a[k] for k in compared}
+        if "val" in families:
+            assert any(k.startswith("val/") for k in compared)
+    assert _consumed(sync_dir, iterations) == _consumed(other_dir, iterations)
+    sync_w, other_w = checkpoint_weights(sync_dir, iterations), checkpoint_weights(other_dir, iterations)
+    assert sync_w.keys() == other_w.keys() and len(sync_w) > 10
+    assert all(torch.equal(sync_w[k], other_w[k]) for k in sync_w)
+    return sync_rows, rows, sync_w
+
+
 def test_overlap_at_staleness_0_is_the_sync_run_bit_for_bit(tmp_path):
     """η = 0 with the generation thread: batch t may only be played once version t is published, so it is generated
     with the weights the synchronous loop uses, from the same draw and seed; rewards, advantages, losses, the
@@ -40,21 +60,13 @@ def test_overlap_at_staleness_0_is_the_sync_run_bit_for_bit(tmp_path):
     common = (*TWO_MODELS, "run.iterations=3", "run.save_samples=true", "eval.every=1", "eval.size=4", "eval.k=2")
     train(tiny_config(sync_dir, *common), loader=tiny_loader)
     train(tiny_config(thread_dir, *common, *OVERLAP, "run.max_staleness=0"), loader=tiny_loader)
-    sync_rows, thread_rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(thread_dir / "metrics.jsonl")
+    _, thread_rows, _ = _assert_same_run(sync_dir, thread_dir, 3, (*SAME_RUN, "val"))
     assert [r["iteration"] for r in thread_rows] == [1, 2, 3]
     elapsed = [r["perf/elapsed_s"] for r in thread_rows]  # the run's wall-clock at each iteration's end
     assert 0 < elapsed[0] < elapsed[1] < elapsed[2]
-    for s, a in zip(sync_rows, thread_rows, strict=True):
-        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness", "val")]
-        assert len(compared) > 20 and any(k.startswith("val/") for k in compared)
-        assert {k: s[k] for k in compared} == {k: a[k] for k in compared}
     # batches completed per step depend on timing (the next one may finish before the step's count); none is lost,
     # and none is played beyond the last step's
     assert sum(r["async/generated_batches"] for r in thread_rows) == 3.0
-    assert _consumed(sync_dir, 3) == _consumed(thread_dir, 3)
-    sync_w, thread_w = checkpoint_weights(sync_dir, 3), checkpoint_weights(thread_dir, 3)
-    assert sync_w.keys() == thread_w.keys() and len(sync_w) > 10
-    assert all(torch.equal(sync_w[k], thread_w[k]) for k in sync_w)
 
 
 def test_overlap_plays_while_the_trainer_updates_within_the_bound(tmp_path, monkeypatch):
@@ -148,15 +160,9 @@ def test_a_restarted_generation_thread_replays_the_failed_batch_so_the_run_is_st
     train(tiny_config(thread_dir, *common, *OVERLAP, "run.max_staleness=0", "run.generation_restarts=1"),
           loader=tiny_loader)  # fmt: skip
     assert len(calls) == 4 and calls[1] == calls[2]  # batch 1 (0-based) played twice, with its own seed both times
-    sync_rows, thread_rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(thread_dir / "metrics.jsonl")
+    _, thread_rows, _ = _assert_same_run(sync_dir, thread_dir, 3)
     assert [r["async/generation_restarts"] for r in thread_rows][-1] == 1.0
-    for s, a in zip(sync_rows, thread_rows, strict=True):
-        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")]
-        assert len(compared) > 20 and {k: s[k] for k in compared} == {k: a[k] for k in compared}
     assert sum(r["async/generated_batches"] for r in thread_rows) == 3.0
-    assert _consumed(sync_dir, 3) == _consumed(thread_dir, 3)
-    sync_w, thread_w = checkpoint_weights(sync_dir, 3), checkpoint_weights(thread_dir, 3)
-    assert sync_w.keys() == thread_w.keys() and all(torch.equal(sync_w[k], thread_w[k]) for k in sync_w)
 
 
 def test_generation_restarts_are_bounded_over_the_run(tmp_path, monkeypatch):
@@ -277,14 +283,8 @@ def test_a_lora_push_copies_the_adapters_not_the_base_and_overlap_at_0_is_still_
     assert all(state and all("lora_" in k for k in state) for state in staged)
     full = sum(t.numel() for t in tiny_loader(ModelSpec("tiny"), "m").model.state_dict().values())
     assert sum(t.numel() for t in staged[0].values()) < full / 5
-    sync_rows, thread_rows = read_metrics(sync_dir / "metrics.jsonl"), read_metrics(thread_dir / "metrics.jsonl")
-    for s, a in zip(sync_rows, thread_rows, strict=True):
-        compared = [k for k in s if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")]
-        assert len(compared) > 20 and {k: s[k] for k in compared} == {k: a[k] for k in compared}
-    assert _consumed(sync_dir, 3) == _consumed(thread_dir, 3)
-    sync_w, thread_w = checkpoint_weights(sync_dir, 3), checkpoint_weights(thread_dir, 3)
-    assert sync_w.keys() == thread_w.keys() and any("lora_" in k for k in sync_w)
-    assert all(torch.equal(sync_w[k], thread_w[k]) for k in sync_w)
+    _, _, sync_w = _assert_same_run(sync_dir, thread_dir, 3)
+    assert any("lora_" in k for k in sync_w)
 
 
 def test_a_batch_in_flight_at_a_snapshot_is_played_again_from_it():
@@ -412,7 +412,7 @@ def test_kill_9_then_resume_loses_no_group_and_duplicates_none(tmp_path, eta):
         train(tiny_config(straight, *overrides), loader=tiny_loader)
         a, b = read_metrics(straight / "metrics.jsonl"), rows
         for x, y in zip(a, b, strict=True):
-            keep = [k for k in x if k.split("/")[0] in ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")]
+            keep = [k for k in x if k.split("/")[0] in SAME_RUN]
             assert {k: x[k] for k in keep} == {k: y[k] for k in keep}
         wa, wb = checkpoint_weights(straight, 4), checkpoint_weights(killed, 4)
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
