@@ -23,6 +23,10 @@ arms, ``paper_effect.png`` (:func:`plot_outcomes`), and prints one JSON object. 
     python benchmarks/paper_effect/run.py --settings math_nonsharing --iterations 1 --out runs/pe_smoke \\
         models.solver_model.name_or_path=tiny-llama models.verifier_model.name_or_path=tiny-llama  # a smoke run
 
+Settings measured by separate invocations into the same ``--out`` end in one ``results.json`` (:func:`merge_results`):
+a setting run again replaces its earlier runs and outcomes, the others are kept. An ``--out`` whose ``results.json``
+used other seeds, iterations or overrides is refused (exit 2) before any run starts.
+
 Anything but the defaults (``--seeds``, ``--first-seed``, ``--iterations``, overrides) is not the protocol; the
 printed JSON then says ``"protocol": false``.
 """
@@ -181,6 +185,56 @@ def setting_outcomes(drmas_runs: Sequence[Mapping[str, Any]], grpo_runs: Sequenc
     }
 
 
+#: what one results.json holds the same for every run (estimators.py's keys)
+PROTOCOL_KEYS = ("seeds", "first_seed", "iterations", "overrides")
+
+
+def check_mergeable(earlier: Mapping[str, Any], design: Mapping[str, Any]) -> None:
+    """Whether ``design`` (this invocation's :data:`PROTOCOL_KEYS`) can join ``earlier`` (a ``results.json``) in one
+    file: checked before any run starts (see :func:`merge_results`).
+
+    Raises:
+        ValueError: ``earlier`` has no ``paper_effect`` outcomes, or it used other seeds, iterations or overrides.
+    """
+    if "paper_effect" not in earlier:
+        raise ValueError("the results.json already in --out has no 'paper_effect' outcomes: move it away or pick "
+                         "another --out")  # fmt: skip
+    for key in PROTOCOL_KEYS:
+        if earlier.get(key) != design.get(key):
+            raise ValueError(f"the results.json already in --out used {key}={earlier.get(key)!r}, this run "
+                             f"{design.get(key)!r}: one results.json holds one design; pick another --out")  # fmt: skip
+
+
+def merge_results(earlier: Mapping[str, Any], new: Mapping[str, Any], settings: Sequence[str]) -> dict[str, Any]:
+    """``results.json`` of ``new`` (this invocation's, for ``settings``) plus what ``earlier`` (the same folder's
+    previous ``results.json``) holds for every other setting: its runs, failures and outcomes. So the settings of a
+    protocol measured in separate invocations (sessions) end in one file; a setting measured again replaces its
+    earlier runs and outcomes. ``paper_effect.protocol`` is true only if both were; ``earlier_settings`` lists the
+    settings kept from ``earlier``. The top-level ``wall_time_s``, ``machine``, ``jobs`` and ``threads`` stay this
+    invocation's; every run's record keeps its own wall time and load.
+
+    Raises:
+        ValueError: as :func:`check_mergeable`.
+    """
+    check_mergeable(earlier, {k: new.get(k) for k in PROTOCOL_KEYS})
+    redone = {p for s in settings for p in SETTINGS[s]}
+    kept = {s: o for s, o in earlier["paper_effect"]["settings"].items() if s not in settings}
+    order = [s for s in SETTINGS if s in kept or s in settings]
+    merged = dict(new)
+    every = {**{p: a for p, a in earlier["presets"].items() if p not in redone}, **new["presets"]}
+    merged["presets"] = {p: every[p] for s in order for p in SETTINGS[s] if p in every}
+    merged["runs"] = sorted([r for r in earlier["runs"] if r["preset"] not in redone] + list(new["runs"]),
+                            key=lambda r: (r["preset"], r["seed"]))  # fmt: skip
+    merged["failed"] = [f for f in earlier.get("failed", []) if f.get("preset") not in redone] + list(new["failed"])
+    settings_out = {**kept, **new["paper_effect"]["settings"]}
+    merged["paper_effect"] = {
+        "protocol": bool(earlier["paper_effect"]["protocol"] and new["paper_effect"]["protocol"]),
+        "settings": {s: settings_out[s] for s in order},
+    }
+    merged["earlier_settings"] = sorted(kept)
+    return merged
+
+
 def plot_outcomes(outcomes: Mapping[str, Mapping[str, Any]], path: Path) -> Any:
     """``paper_effect.png``: one column per setting with outcomes. Top: each seed's held-out gain in both arms (a line
     per seed pairs them) and each arm's mean ± SE. Bottom: Prop. 4.3 per agent, the predicted GRPO/Dr. MAS ratio
@@ -246,6 +300,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit code (0 ok, 1 a run failed, 2 bad arguments)."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     presets = [p for s in args.settings for p in SETTINGS[s]]
+    results_path = Path(args.out) / "results.json"
+    # the settings measured by an earlier invocation into the same folder (estimators.py rewrites results.json)
+    earlier = json.loads(results_path.read_text()) if results_path.is_file() else None
+    if earlier is not None:
+        try:
+            check_mergeable(earlier, {"seeds": args.seeds, "first_seed": args.first_seed,
+                                      "iterations": args.iterations, "overrides": args.overrides})  # fmt: skip
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     protocol = (args.seeds, args.first_seed, args.iterations, args.overrides) == (SEEDS, FIRST_SEED, None, [])
     inner = ["--presets", *presets, "--seeds", str(args.seeds), "--first-seed", str(args.first_seed),
              "--jobs", str(args.jobs), "--threads", "1", "--runs", args.runs, "--out", args.out,
@@ -262,7 +326,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from drmas_train.run.metrics_log import read_metrics
 
-    results_path = Path(args.out) / "results.json"
     results = json.loads(results_path.read_text())
     runs = results["runs"]
     health = {r["run_dir"]: gradient_health(read_metrics(Path(r["run_dir"]) / "metrics.jsonl")) for r in runs}
@@ -275,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:
             outcomes[setting] = {"error": str(err)}
     results["paper_effect"] = {"protocol": protocol, "settings": outcomes}
+    if earlier is not None:
+        results = merge_results(earlier, results, args.settings)
+        outcomes = results["paper_effect"]["settings"]
     results_path.write_text(json.dumps(results, indent=1) + "\n")
     plot_outcomes(outcomes, Path(args.out) / "paper_effect.png")
     brief = {s: {k: o.get(k) for k in ("seeds", "gain_difference", "verdict", "error") if k in o}

@@ -135,6 +135,49 @@ def test_the_plot_pairs_each_seeds_gains_and_places_prop43_points(tmp_path):
     assert points == [(1.5, 1.2)]  # the agent without a prediction is not placed
 
 
+def _results(settings, protocol=True, seeds=3):
+    """A results.json as run.py writes it: per setting its two presets' aggregates, one run each and its outcome."""
+    mod = _module()
+    presets = [p for s in settings for p in mod.SETTINGS[s]]
+    return {"presets": {p: {"seeds": [1000]} for p in presets}, "failed": [{"preset": presets[-1], "seed": 1002}],
+            "seeds": seeds, "first_seed": 1000, "iterations": None, "overrides": [], "wall_time_s": 1.0,
+            "runs": [{"preset": p, "seed": 1000, "gain": float(i)} for i, p in enumerate(presets)],
+            "paper_effect": {"protocol": protocol, "settings": {s: {"verdict": f"v-{s}"} for s in settings}}}  # fmt: skip
+
+
+def test_merging_keeps_the_other_settings_and_replaces_the_rerun_one():
+    mod = _module()
+    earlier = _results(["search_team", "lora_agents", "math_nonsharing"])
+    new = _results(["math_nonsharing"], protocol=True)
+    new["runs"][0]["gain"] = 9.0
+    new["wall_time_s"] = 2.0
+    merged = mod.merge_results(earlier, new, ["math_nonsharing"])
+    assert list(merged["paper_effect"]["settings"]) == ["math_nonsharing", "search_team", "lora_agents"]  # SETTINGS order
+    assert merged["earlier_settings"] == ["lora_agents", "search_team"]
+    ns = mod.SETTINGS["math_nonsharing"]
+    assert [r["gain"] for r in merged["runs"] if r["preset"] in ns] == [9.0, 1.0]  # this run's, not the earlier one's
+    assert len(merged["runs"]) == 6 and list(merged["presets"]) == [p for s in mod.SETTINGS.values() for p in s]
+    # the earlier failure of a re-run preset is gone, the new one is kept
+    assert merged["failed"] == [{"preset": ns[1], "seed": 1002}]
+    assert merged["wall_time_s"] == 2.0 and merged["paper_effect"]["protocol"] is True
+    # one non-protocol side makes the whole file non-protocol
+    assert mod.merge_results(earlier, _results(["math_nonsharing"], protocol=False), ["math_nonsharing"])[
+        "paper_effect"]["protocol"] is False  # fmt: skip
+
+
+def test_an_out_folder_of_another_design_is_refused_before_any_run(tmp_path, capsys):
+    mod = _module()
+    (tmp_path / "results.json").write_text(json.dumps(_results(["search_team"], seeds=5)))
+    code = mod.main(["--settings", "math_nonsharing", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path)])
+    assert code == 2 and "seeds=5" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # nothing ran
+    (tmp_path / "results.json").write_text(json.dumps({"presets": {}, "runs": []}))
+    assert mod.main(["--settings", "math_nonsharing", "--out", str(tmp_path)]) == 2
+    assert "no 'paper_effect'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="iterations=None, this run 2"):
+        mod.merge_results(_results(["search_team"]), {**_results(["math_nonsharing"]), "iterations": 2}, ["math_nonsharing"])
+
+
 @pytest.mark.slow
 def test_a_smoke_run_of_one_setting_writes_its_outcomes(tmp_path, capsys):
     mod = _module()
