@@ -35,7 +35,7 @@ from drmas_train.model.assignment import ModelPool
 from drmas_train.model.weights import is_peft
 from drmas_train.run.policy_versions import PolicyVersions
 
-__all__ = ["GenerationSide", "FrozenSide", "put_episodes", "write_async_state", "read_async_state", "ASYNC_STATE_DIR"]
+__all__ = ["GenerationSide", "EngineSide", "FrozenSide", "put_episodes", "write_async_state", "read_async_state", "ASYNC_STATE_DIR"]
 
 
 def trainable_state(module: torch.nn.Module, *, clone: bool) -> dict[str, torch.Tensor]:
@@ -219,6 +219,78 @@ class GenerationSide:
 
     def metrics(self) -> dict[str, float]:
         """``async/<model_id>/generation_version``: the version of each snapshot now."""
+        return {f"async/{mid}/generation_version": float(v) for mid, v in self.held.items()}
+
+
+class EngineSide:
+    """The generation side of the Ray path (``distributed.enabled: true``): the trained models' generation engines.
+
+    On the Ray path the weights that generate are already a copy apart from the trainer's: each worker group's
+    generation engines (HF or vLLM actors) hold the version its training ranks last pushed
+    (:meth:`drmas_train.distributed.worker_group.WorkerGroup.publish`), and
+    :meth:`~drmas_train.distributed.updater.RayUpdater.update` pushes after every update. So this side copies
+    nothing: its pool is the trainer's (Ray backends for the trained models), and each model's engines hold the
+    version of its last update. That is :class:`GenerationSide` with ``push_every`` 1, pushed inline; the schedule of
+    the inline producer (``run.overlap: false``) is then the same on both paths: batch k is generated with version
+    max(0, k - η). A generation thread (``run.overlap: true``) would need the push staged until the thread is between
+    batches, which the updater does not do yet: :meth:`stage` refuses.
+
+    Args:
+        pool: the trainer's pool. versions: the trainer's versions now (the engines hold these).
+    """
+
+    def __init__(self, pool: ModelPool, versions: PolicyVersions) -> None:
+        self.pool = pool
+        self.push_every = dict.fromkeys(versions.model_ids, 1)
+        self.held = {mid: versions[mid] for mid in sorted(versions.model_ids)}  # the version each model's engines hold
+
+    def stamp(self, samples: list[Any]) -> None:
+        """Each sample's ``policy_version`` := the version its model's engines hold (0 for frozen models)."""
+        for s in samples:
+            s.policy_version = self.held.get(s.model_id, 0)
+
+    def publish(self, versions: PolicyVersions, updated: set[str]) -> list[str]:
+        """The updater pushed the updated models' weights to their engines with the update: record their versions.
+
+        Returns:
+            the updated model ids, sorted.
+        """
+        pushed = sorted(m for m in updated if m in self.held)
+        for mid in pushed:
+            self.held[mid] = versions[mid]
+        return pushed
+
+    def stage(self, versions: PolicyVersions, updated: set[str]) -> list[str]:
+        """Not on the Ray path yet (``run.overlap`` is refused with ``distributed.enabled`` by the config).
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("staged weight pushes (run.overlap=true) are not supported on the Ray path")
+
+    def apply_staged(self) -> list[str]:
+        """Nothing is ever staged: ``[]``."""
+        return []
+
+    def frozen(self, versions: PolicyVersions) -> FrozenSide:
+        """The versions the engines hold; no weights (after a resume or a rewind the engines get the checkpoint's,
+        which are the trainer's: the engines never lag their trainer between steps)."""
+        return FrozenSide(dict(self.held), {})
+
+    def restore(self, held: Mapping[str, int], weights: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
+        """After a resume or a rewind: the versions the engines held at the checkpoint.
+
+        Raises:
+            ValueError: ``weights`` is not empty (a checkpoint of the single-process path whose generation lagged:
+                the engines can only hold the trainer's weights).
+        """
+        if weights:
+            raise ValueError(f"the checkpoint holds lagging generation weights of {sorted(weights)} (written by the "
+                             "single-process asynchronous loop); the Ray path's engines hold the trainer's weights")  # fmt: skip
+        self.held.update({mid: int(v) for mid, v in held.items() if mid in self.held})
+
+    def metrics(self) -> dict[str, float]:
+        """``async/<model_id>/generation_version``: the version each model's engines hold now."""
         return {f"async/{mid}/generation_version": float(v) for mid, v in self.held.items()}
 
 

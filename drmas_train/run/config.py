@@ -114,15 +114,16 @@ class RunConfig:
     mode: str = "sync"
     """``sync`` (each iteration generates with the current weights, then updates every model on those samples) or
     ``async`` (a generation side with its own copy of the weights runs up to ``max_staleness`` batches ahead of the
-    trainers, through a buffer of whole prompt groups; single-process path only: docs/async.md)."""
+    trainers, through a buffer of whole prompt groups; on the Ray path the engines are that copy: docs/async.md)."""
     max_staleness: int = 0
     """``run.mode: async``: η, the most versions a consumed sample may lag its model's trainer (the same bound for
     every trained model); complete groups beyond it are dropped and counted. 0 = on-policy (async equals sync)."""
     overlap: bool = False
     """``run.mode: async``: play the batches in a generation thread of this process while the trainer updates
     (``true``: generation and training overlap in time; at η >= 1 which weights a batch gets depends on timing, so
-    the run is not reproducible bit for bit) or inline in the trainer's thread (``false``: the deterministic
-    interleaved schedule). Each side uses ``run.num_threads`` torch threads. docs/async.md, "Overlap"."""
+    the run is not reproducible bit for bit; single-process path only) or inline in the trainer's thread
+    (``false``: the deterministic interleaved schedule). Each side uses ``run.num_threads`` torch threads.
+    docs/async.md, "Overlap"."""
     generation_restarts: int = 0
     """``run.overlap: true``: how many times, over this process's run, the generation thread plays a batch again
     after it failed (an ``Exception`` from the rollout: the same tasks and seed, so nothing is lost or doubled)
@@ -335,8 +336,10 @@ def _validate_run_mode(cfg: TrainConfig) -> None:
         require(not cfg.run.overlap, f"run.overlap=true with run.mode={mode!r}: overlap is the asynchronous loop's "
                 "generation thread; set run.mode=async (with run.max_staleness >= 1 for generation to run ahead)")  # fmt: skip
         return
-    require(not cfg.distributed.enabled, "run.mode=async with distributed.enabled=true: the asynchronous loop runs on "
-            "the single-process path only for now; use distributed.enabled=false or run.mode=sync")  # fmt: skip
+    require(not (cfg.distributed.enabled and cfg.run.overlap), "run.overlap=true with distributed.enabled=true: the "
+            "generation thread runs on the single-process path only for now (on the Ray path the engines get each "
+            "update's weights at once, not staged between batches); use run.overlap=false (the interleaved "
+            "schedule) or distributed.enabled=false")  # fmt: skip
     require(not cfg.rollout.filter_groups, "run.mode=async with rollout.filter_groups: DAPO's dynamic sampling draws "
             "more batches inside one iteration, which the asynchronous loop does not do yet; use run.mode=sync")  # fmt: skip
     require(not needs_greedy_baseline(cfg.algorithm.estimator), f"run.mode=async with algorithm.estimator="

@@ -650,8 +650,9 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     from drmas_train.backends.factory import make_backend
     from drmas_train.collect.group_buffer import GroupBuffer
     from drmas_train.collect.rollout import merge_timing, rollout, save_samples
+    from drmas_train.distributed.errors import DistributedError
     from drmas_train.model.adapters import split_model_id
-    from drmas_train.run.async_generation import GenerationSide, read_async_state
+    from drmas_train.run.async_generation import EngineSide, GenerationSide, read_async_state
     from drmas_train.run.async_producer import BatchProducer
     from drmas_train.run.checkpoint import latest_checkpoint
 
@@ -666,33 +667,42 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
                        "together; per-agent groupings (prompt_agent: Dr. MAS) are not affected", len(trained), eta,
                        grouping)  # fmt: skip
     overlap = cfg.run.overlap
-    gen = GenerationSide(run.pool, run.versions, lambda loaded: make_backend(
-        loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every,
-        isolate=overlap)  # fmt: skip
+    if cfg.distributed.enabled:  # the worker groups' engines are the generation side (config refuses overlap)
+        gen: Any = EngineSide(run.pool, run.versions)
+    else:
+        gen = GenerationSide(run.pool, run.versions, lambda loaded: make_backend(
+            loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every,
+            isolate=overlap)  # fmt: skip
     # a group holds its slot until every model took or dropped its part: at most (η + 1) versions' batches per
     # model are within the bound, each version with at most 1 + MAX_EXTRA_BATCHES batches
     capacity = r.batch_size * (eta + 2) * (MAX_EXTRA_BATCHES + 1)
-    buffer = GroupBuffer(r.group_size, dict.fromkeys(trained, eta), capacity)
     sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, max_new_tokens=r.max_new_tokens)
-    resumed: dict[str, Any] = {"generated": run.start_iteration}  # resumed from a synchronous run's checkpoint: its iteration
-    if run.start_iteration > 0:
-        state = read_async_state(latest_checkpoint(run.run_dir / "checkpoints"))
-        if state is not None:  # an asynchronous run's checkpoint: its buffer, counters and generation side
-            buffer.load_state_dict(state["buffer"])
-            resumed = {"generated": int(state["generated"]), "order": dict(state["order"]), "plays": set(state["plays"]),
-                       "positions": int(state["positions"])}  # fmt: skip
-            gen.restore(state["held"], state["weights"])
-        logger.info("run.mode=async resumed at iteration %d: %d batches played, %d groups buffered", run.start_iteration,
-                    resumed["generated"], buffer.held_groups())  # fmt: skip
 
     def roll(tasks: list[Any], k: int, *, progress: bool) -> Any:
         return rollout(run.env_fn, tasks, r.group_size, gen.pool, sampling, seed=_iteration_seed(cfg, k),
                        max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation,
                        progress=progress and cfg.run.progress)  # fmt: skip
 
-    producer = BatchProducer(gen, buffer, lambda: [run.tasks[i] for i in run.sampler.next_batch()], roll,
-                             run.sampler.state_dict, run.sampler.load_state_dict, overlap=overlap,
-                             max_extra=MAX_EXTRA_BATCHES, restarts=cfg.run.generation_restarts, **resumed)  # fmt: skip
+    def start(at: int) -> tuple[GroupBuffer, BatchProducer]:
+        """The buffer and the producer at iteration ``at``: empty at 0, else as the latest checkpoint left them
+        (``--resume``, or the rewind after a lost training rank)."""
+        buffer = GroupBuffer(r.group_size, dict.fromkeys(trained, eta), capacity)
+        resumed: dict[str, Any] = {"generated": at}  # resumed from a synchronous run's checkpoint: its iteration
+        if at > 0:
+            state = read_async_state(latest_checkpoint(run.run_dir / "checkpoints"))
+            if state is not None:  # an asynchronous run's checkpoint: its buffer, counters and generation side
+                buffer.load_state_dict(state["buffer"])
+                resumed = {"generated": int(state["generated"]), "order": dict(state["order"]),
+                           "plays": set(state["plays"]), "positions": int(state["positions"])}  # fmt: skip
+                gen.restore(state["held"], state["weights"])
+            logger.info("run.mode=async at iteration %d from its checkpoint: %d batches played, %d groups buffered",
+                        at, resumed["generated"], buffer.held_groups())  # fmt: skip
+        producer = BatchProducer(gen, buffer, lambda: [run.tasks[i] for i in run.sampler.next_batch()], roll,
+                                 run.sampler.state_dict, run.sampler.load_state_dict, overlap=overlap,
+                                 max_extra=MAX_EXTRA_BATCHES, restarts=cfg.run.generation_restarts, **resumed)  # fmt: skip
+        return buffer, producer
+
+    buffer, producer = start(run.start_iteration)
     last = cfg.run.iterations - 1
 
     def ahead(t: int) -> int:  # the last batch step t may need; the generation thread plays none no step will take
@@ -719,7 +729,16 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
             t1 = time.perf_counter()
             metrics: dict[str, float] = {}
             versions_before = run.versions.state_dict()
-            _learn(run, it, consumed, None, seed, metrics)
+            try:
+                _learn(run, it, consumed, None, seed, metrics)
+            except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
+                producer.close(wait=False)
+                it = _rewind(run, err)  # the weights, sampler, versions and metrics log of the checkpoint
+                buffer, producer = start(it)  # and its buffer: its groups are consumed again, none lost or doubled
+                logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)
+                bar.n = it
+                guard.release(it)
+                continue
             producer.publish(run.versions, {m for m in trained if run.versions[m] != versions_before[m]})
             if overlap and it < last:  # the next step's batches may be played while this one validates and checkpoints
                 producer.allow(ahead(it + 1))

@@ -1,0 +1,118 @@
+"""``run.mode: async`` on the Ray path (issue 24; docs/async.md, "On Ray"): two non-sharing models on one shared pool,
+the interleaved schedule (``run.overlap: false``), the worker groups' generation engines as the generation side.
+
+* η = 0 is the synchronous Ray run: every per-iteration metric of the rollout, advantages and update, every
+  consumed sample and every checkpointed weight, even with a generation worker killed (SIGKILL) mid-rollout.
+* η = 1: no update consumes a sample more than one version old, and a training rank killed (SIGKILL) in an update
+  rewinds the run to its last checkpoint, buffer included: the groups consumed over the run are the uninterrupted
+  run's, none lost, none consumed twice, and so are the final weights.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+import pytest
+import torch
+
+import drmas_train.run.trainer as trainer_module
+from drmas_train.collect.rollout import load_samples
+from drmas_train.distributed.backend import RayBackend
+from drmas_train.run.metrics_log import read_metrics
+from drmas_train.run.trainer import train
+from helpers.tiny_rl import assert_whole_groups, checkpoint_weights, tiny_config, tiny_loader
+
+pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
+
+TWO_MODELS = ("models.m2.name_or_path=tiny", "agents.b=m2", "distributed.enabled=true", "distributed.colocate=true",
+              "distributed.world_size.m=1", "distributed.world_size.m2=1", "rollout.group_size=4",
+              "run.save_samples=true")  # fmt: skip
+ASYNC = ("run.mode=async",)
+SAME_RUN = ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")  # metric families compared
+
+
+def _samples(run_dir, iteration):
+    return load_samples(run_dir / "samples" / f"iter_{iteration:06d}.jsonl")
+
+
+def _assert_same_run(want_dir, got_dir, iterations):
+    """Per iteration: the compared metric families and the consumed samples equal; the last checkpoint's weights
+    equal (torch.equal)."""
+    want_rows, got_rows = read_metrics(want_dir / "metrics.jsonl"), read_metrics(got_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in got_rows] == list(range(1, iterations + 1))
+    for w, g in zip(want_rows, got_rows, strict=True):
+        compared = [k for k in w if k.split("/")[0] in SAME_RUN]
+        assert len(compared) > 20 and all(any(k.startswith(p) for k in compared) for p in ("reward/", "agent/"))
+        assert {k: w[k] for k in compared} == {k: g[k] for k in compared}
+    for it in range(1, iterations + 1):
+        assert _samples(want_dir, it) == _samples(got_dir, it)
+    want_w, got_w = checkpoint_weights(want_dir, iterations), checkpoint_weights(got_dir, iterations)
+    assert want_w.keys() == got_w.keys() and len(want_w) > 10
+    assert all(torch.equal(want_w[k], got_w[k]) for k in want_w)
+
+
+def test_async_at_staleness_0_on_ray_is_the_sync_ray_run_even_with_a_generation_worker_killed(
+        ray_cluster, tmp_path, monkeypatch):  # fmt: skip
+    sync_dir, async_dir = tmp_path / "sync", tmp_path / "async"
+    train(tiny_config(sync_dir, *TWO_MODELS, "run.iterations=2"), loader=tiny_loader)
+
+    generate, calls, killed = RayBackend.generate_ids, Counter(), []
+
+    def kill_then_generate(self, prompt_ids, sampling):  # m2's 2nd batched call: its engine dies mid-rollout
+        mid = self.group.model_id
+        calls[mid] += 1
+        if mid == "m2" and calls[mid] == 2:
+            killed.append(self.group.engines.pids()[0])
+            os.kill(killed[0], signal.SIGKILL)
+        return generate(self, prompt_ids, sampling)
+
+    monkeypatch.setattr(RayBackend, "generate_ids", kill_then_generate)
+    summary = train(tiny_config(async_dir, *TWO_MODELS, *ASYNC, "run.iterations=2", "run.max_staleness=0"),
+                    loader=tiny_loader)  # fmt: skip
+    last = summary["metrics"]
+    assert killed and last["dist/m2/generation_restarts"] == 1.0 and last["dist/m/generation_restarts"] == 0.0
+    _assert_same_run(sync_dir, async_dir, 2)
+    rows = read_metrics(async_dir / "metrics.jsonl")
+    assert [r["async/generated_batches"] for r in rows] == [1.0, 1.0] and all(r["async/buffer_groups"] == 0 for r in rows)
+    # the engines are the generation side: the version they held is the trainer's after each step
+    assert [(r["async/m/generation_version"], r["async/m2/generation_version"]) for r in rows] == [(1.0, 1.0), (2.0, 2.0)]
+
+
+def test_a_training_rank_killed_in_async_mode_rewinds_with_the_buffer_losing_and_doubling_no_group(
+        ray_cluster, tmp_path, monkeypatch):  # fmt: skip
+    common = (*TWO_MODELS, *ASYNC, "run.iterations=4", "run.max_staleness=1", "run.save_every=1")
+    whole_dir, killed_dir = tmp_path / "whole", tmp_path / "killed"
+    train(tiny_config(whole_dir, *common), loader=tiny_loader)
+    rows = read_metrics(whole_dir / "metrics.jsonl")
+    for mid in ("m", "m2"):  # within the bound, and the bound was used: one-version-old samples were consumed
+        assert all(r[f"staleness/{mid}/max"] <= 1 for r in rows) and max(r[f"staleness/{mid}/max"] for r in rows) == 1
+    for it in range(1, 5):
+        assert_whole_groups(_samples(whole_dir, it), ["m", "m2"], n_groups=2, group_size=4)
+
+    def ids(samples):  # what identifies a consumed sample: its episode, agent turn and the version that generated it
+        return sorted((s.uid, s.traj_uid, s.agent_id, s.turn, s.policy_version) for s in samples)
+
+    update, consumed, updaters = trainer_module._update_models, [], []
+
+    def kill_then_update(run, samples, adv, seed):  # the 3rd update loses m2's training rank
+        consumed.append(ids(samples))
+        updaters.append(run.updater)
+        if len(consumed) == 3:
+            os.kill(run.updater.groups["m2"].ranks.pids()[0], signal.SIGKILL)
+        return update(run, samples, adv, seed)
+
+    monkeypatch.setattr(trainer_module, "_update_models", kill_then_update)
+    summary = train(tiny_config(killed_dir, *common), loader=tiny_loader)
+    assert summary["checkpoint"].endswith("iter_000004") and updaters[0].training_restarts == 1
+    assert len(consumed) == 5  # iterations 1, 2, 3 (lost), 3 again from checkpoint 2 and its buffer, 4
+    assert consumed[2] == consumed[3]  # the lost step's groups, taken again: not new ones, not dropped
+    kept = [consumed[i] for i in (0, 1, 3, 4)]
+    # no group doubled: every (episode, agent turn) is consumed by exactly one completed step
+    every = Counter(x for step in kept for x in step)
+    assert len(every) == sum(len(step) for step in kept) and set(every.values()) == {1}
+    # none lost: the completed steps consumed what the uninterrupted run's steps did, in the same order
+    whole = [ids(_samples(whole_dir, it)) for it in range(1, 5)]
+    assert kept == whole
+    _assert_same_run(whole_dir, killed_dir, 4)
