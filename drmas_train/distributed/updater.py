@@ -129,6 +129,11 @@ class RayUpdater:
         self.training_restarts = 0  # training groups rebuilt from a checkpoint (at most distributed.max_restarts)
         self._failed: str | None = None  # model whose training rank died in the last update
         self._reissued = {mid: 0 for mid in groups}  # calls re-issued after engine faults, as of the last update
+        #: leave the weight pushes to the caller (:meth:`update` pushes nothing): the asynchronous loop's generation
+        #: side with ``run.overlap`` stages each update's weights and pushes them between two of its batches
+        #: (:class:`~drmas_train.run.async_generation.EngineSide`); HF engines only (vLLM's sleep around an update
+        #: would take the engines from the generation thread)
+        self.defer_pushes = False
 
     @classmethod
     def build(cls, settings: UpdateSettings, dist: DistributedConfig, optim: OptimConfig, pool: Any,
@@ -225,7 +230,8 @@ class RayUpdater:
 
         Colocated vLLM engines (``distributed.generation_engine: vllm``): every group's engines sleep before the
         first rank trains and are woken by the weight pushes after the last update, so no engine holds GPU memory
-        while any model trains on the shared GPUs (sleep -> updates -> wake_up + load_weights).
+        while any model trains on the shared GPUs (sleep -> updates -> wake_up + load_weights). With
+        :attr:`defer_pushes` the groups train one after the other and nothing is pushed.
 
         Returns:
             ``loss/<model_id>/<metric>``, as the single-process updater's, plus per model
@@ -238,6 +244,12 @@ class RayUpdater:
         """
         metrics, pending = {}, {}
         colocate = self.dist.colocate
+        if self.defer_pushes:  # the asynchronous loop's generation side stages and pushes (run.overlap)
+            for model_id, group in self.groups.items():
+                idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
+                refs = group.start_update([samples[i] for i in idx], adv[idx], seed, self.settings)
+                metrics.update(self._finish(model_id, refs, publish=False))
+            return {**metrics, **self._fault_metrics()}
         if colocate:  # shared GPUs: every engine releases its memory before any group trains
             for group in self.groups.values():
                 group.engines.sleep()
@@ -251,7 +263,13 @@ class RayUpdater:
         if colocate:
             for model_id in self.groups:
                 self._finish(model_id, None)
-        for model_id, group in self.groups.items():  # faults of the engines since the last update
+        return {**metrics, **self._fault_metrics()}
+
+    def _fault_metrics(self) -> dict[str, float]:
+        """Per model, the faults of its engines: ``dist/<m>/generation_restarts`` (so far in the run) and
+        ``dist/<m>/reissued_calls`` (since the last call)."""
+        metrics = {}
+        for model_id, group in self.groups.items():
             engines = group.engines
             metrics[f"dist/{model_id}/generation_restarts"] = float(engines.restarts)
             metrics[f"dist/{model_id}/reissued_calls"] = float(engines.reissued_calls - self._reissued.get(model_id, 0))

@@ -101,8 +101,17 @@ class WorkerGroup:
 
     def publish(self) -> None:
         """Push the ranks' current weights to every engine (in memory) as the next version."""
+        self.push(self.stage())
+
+    def stage(self) -> Any:
+        """The ranks' current weights gathered into Ray's object store (an ObjectRef; the engines keep theirs):
+        the first half of a push whose second half, :meth:`push`, may come later (``run.overlap`` on Ray)."""
+        return self.ranks.gather_weights()
+
+    def push(self, weights_ref: Any) -> None:
+        """Give every engine ``weights_ref`` (:meth:`stage`'s) as the next version."""
         self.version += 1
-        self.engines.push(self.ranks.gather_weights(), self.version)
+        self.engines.push(weights_ref, self.version)
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]], sampling: Any) -> list[Any]:
         """:meth:`GenerationEngines.generate_ids` (faults re-issued and counted there)."""

@@ -227,22 +227,30 @@ class EngineSide:
 
     On the Ray path the weights that generate are already a copy apart from the trainer's: each worker group's
     generation engines (HF or vLLM actors) hold the version its training ranks last pushed
-    (:meth:`drmas_train.distributed.worker_group.WorkerGroup.publish`), and
-    :meth:`~drmas_train.distributed.updater.RayUpdater.update` pushes after every update. So this side copies
-    nothing: its pool is the trainer's (Ray backends for the trained models), and each model's engines hold the
-    version of its last update. That is :class:`GenerationSide` with ``push_every`` 1, pushed inline; the schedule of
-    the inline producer (``run.overlap: false``) is then the same on both paths: batch k is generated with version
-    max(0, k - η). A generation thread (``run.overlap: true``) would need the push staged until the thread is between
-    batches, which the updater does not do yet: :meth:`stage` refuses.
+    (:meth:`drmas_train.distributed.worker_group.WorkerGroup.push`). So this side copies nothing: its pool is the
+    trainer's (Ray backends for the trained models).
+
+    * Inline (``run.overlap: false``): :meth:`~drmas_train.distributed.updater.RayUpdater.update` pushes after every
+      update, and :meth:`publish` only records the versions: :class:`GenerationSide` with ``push_every`` 1. The
+      schedule is then the same on both paths: batch k is generated with version max(0, k - η).
+    * Generation thread (``run.overlap: true``): the updater pushes nothing (``defer_pushes``, set here);
+      :meth:`stage` gathers each updated model's weights into Ray's object store (the engines keep theirs) and
+      :meth:`apply_staged`, which the generation thread calls between two batches, pushes them. A batch is thus
+      generated with one version of each model, as on the single-process path.
 
     Args:
-        pool: the trainer's pool. versions: the trainer's versions now (the engines hold these).
+        pool: the trainer's pool. versions: the trainer's versions now (the engines hold these). updater: the run's
+        :class:`~drmas_train.distributed.updater.RayUpdater`. staged: stage pushes (``run.overlap``).
     """
 
-    def __init__(self, pool: ModelPool, versions: PolicyVersions) -> None:
+    def __init__(self, pool: ModelPool, versions: PolicyVersions, updater: Any = None, *, staged: bool = False) -> None:
         self.pool = pool
         self.push_every = dict.fromkeys(versions.model_ids, 1)
         self.held = {mid: versions[mid] for mid in sorted(versions.model_ids)}  # the version each model's engines hold
+        self.staged = staged
+        if staged:
+            updater.defer_pushes = True
+        self._staged: dict[str, tuple[Any, int]] = {}  # model id -> (gathered weights ref, its version), not pushed
 
     def stamp(self, samples: list[Any]) -> None:
         """Each sample's ``policy_version`` := the version its model's engines hold (0 for frozen models)."""
@@ -250,7 +258,8 @@ class EngineSide:
             s.policy_version = self.held.get(s.model_id, 0)
 
     def publish(self, versions: PolicyVersions, updated: set[str]) -> list[str]:
-        """The updater pushed the updated models' weights to their engines with the update: record their versions.
+        """Inline: the updater pushed the updated models' weights to their engines with the update; record their
+        versions.
 
         Returns:
             the updated model ids, sorted.
@@ -261,21 +270,35 @@ class EngineSide:
         return pushed
 
     def stage(self, versions: PolicyVersions, updated: set[str]) -> list[str]:
-        """Not on the Ray path yet (``run.overlap`` is refused with ``distributed.enabled`` by the config).
+        """``run.overlap``: gather each updated model's weights now (an object-store ref; the ranks go on training)
+        for :meth:`apply_staged` to push. A later stage of the same model replaces an unpushed one.
 
-        Raises:
-            NotImplementedError: always.
+        Returns:
+            the model ids whose engines will change, sorted.
         """
-        raise NotImplementedError("staged weight pushes (run.overlap=true) are not supported on the Ray path")
+        due = sorted(m for m in updated if m in self.held)
+        for mid in due:
+            self._staged[mid] = (self.pool.backends[mid].group.stage(), versions[mid])
+        return due
 
     def apply_staged(self) -> list[str]:
-        """Nothing is ever staged: ``[]``."""
-        return []
+        """Push the weights :meth:`stage` gathered to their engines (their versions become the staged ones).
+
+        Returns:
+            the model ids whose engines changed, sorted.
+        """
+        changed = sorted(self._staged)
+        for mid in changed:
+            ref, version = self._staged.pop(mid)
+            self.pool.backends[mid].group.push(ref)
+            self.held[mid] = version
+        return changed
 
     def frozen(self, versions: PolicyVersions) -> FrozenSide:
-        """The versions the engines hold; no weights (after a resume or a rewind the engines get the checkpoint's,
-        which are the trainer's: the engines never lag their trainer between steps)."""
-        return FrozenSide(dict(self.held), {})
+        """The versions the engines hold, a staged push counted as pushed; no weights: after a resume or a rewind
+        the engines get the checkpoint's, which are the trainer's (between steps the engines hold the trainer's
+        weights or have them staged)."""
+        return FrozenSide({**self.held, **{m: v for m, (_, v) in self._staged.items()}}, {})
 
     def restore(self, held: Mapping[str, int], weights: Mapping[str, Mapping[str, torch.Tensor]]) -> None:
         """After a resume or a rewind: the versions the engines held at the checkpoint.
@@ -287,6 +310,7 @@ class EngineSide:
         if weights:
             raise ValueError(f"the checkpoint holds lagging generation weights of {sorted(weights)} (written by the "
                              "single-process asynchronous loop); the Ray path's engines hold the trainer's weights")  # fmt: skip
+        self._staged.clear()
         self.held.update({mid: int(v) for mid, v in held.items() if mid in self.held})
 
     def metrics(self) -> dict[str, float]:

@@ -39,9 +39,10 @@ but not yet loaded counts as loaded: the resumed generation side starts from the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -115,6 +116,8 @@ class BatchProducer:
         self._stop = False
         self._error: BaseException | None = None
         self._torn = False  # a batch failed after some of its episodes were put (set before _error)
+        self._playing = False  # a batch is being played (between its draw and its commit)
+        self._paused = False  # the trainer holds the generation thread between two batches (paused())
         self._thread: threading.Thread | None = None
         if overlap:
             threads = torch.get_num_threads()
@@ -178,6 +181,30 @@ class BatchProducer:
             self.side.stage(versions, updated)
             self._cond.notify_all()
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold the generation thread between two batches, with every staged push loaded, for as long as the block
+        runs: the generation side's weights are then the trainer's and nothing generates with them but the block
+        (the Ray path's validation, which uses the same engines). Waits for a batch in flight to be committed.
+        Inline: only loads the staged pushes (there are none).
+
+        Raises:
+            GenerationThreadError: the generation thread failed.
+        """
+        with self._cond:
+            while self._playing:
+                self._raise_if_failed()
+                self._cond.wait(timeout=1.0)
+            self._raise_if_failed()
+            self._paused = True
+            self.side.apply_staged()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._paused = False
+                self._cond.notify_all()
+
     def step_stats(self) -> tuple[int, list[dict[str, float]]]:
         """Batches committed since the last call and their rollouts' timing (the step's ``async/generated_batches``
         and ``perf/`` throughput)."""
@@ -225,14 +252,18 @@ class BatchProducer:
             self.side.apply_staged()  # a staged push is loaded before a batch, never during one
             k = self.generated
             tasks = self._draw()
+            self._playing = True
         try:
             result = self._roll(tasks, k, progress=progress)
-        except Exception:
-            if self._restore_sampler is not None:  # a replay draws the same tasks
-                with self._cond:
+        except BaseException as err:
+            with self._cond:
+                self._playing = False
+                if isinstance(err, Exception) and self._restore_sampler is not None:  # a replay draws the same tasks
                     self._restore_sampler(self._committed_sampler)
+                self._cond.notify_all()
             raise
         with self._cond:
+            self._playing = False
             try:
                 self.side.stamp(result.samples)
                 self.positions = put_episodes(self.buffer, result.samples, result.trajectories, self.order, self.positions)
@@ -265,7 +296,7 @@ class BatchProducer:
         try:
             while True:
                 with self._cond:
-                    while not self._stop and self.generated > self.limit:
+                    while not self._stop and (self.generated > self.limit or self._paused):
                         self._cond.wait()
                     if self._stop:
                         return

@@ -336,10 +336,10 @@ def _validate_run_mode(cfg: TrainConfig) -> None:
         require(not cfg.run.overlap, f"run.overlap=true with run.mode={mode!r}: overlap is the asynchronous loop's "
                 "generation thread; set run.mode=async (with run.max_staleness >= 1 for generation to run ahead)")  # fmt: skip
         return
-    require(not (cfg.distributed.enabled and cfg.run.overlap), "run.overlap=true with distributed.enabled=true: the "
-            "generation thread runs on the single-process path only for now (on the Ray path the engines get each "
-            "update's weights at once, not staged between batches); use run.overlap=false (the interleaved "
-            "schedule) or distributed.enabled=false")  # fmt: skip
+    require(not (cfg.distributed.enabled and cfg.run.overlap and cfg.distributed.generation_engine == "vllm"),
+            "run.overlap=true with distributed.generation_engine=vllm: vLLM engines sleep while the ranks train, "
+            "which would take them from the generation thread; use distributed.generation_engine=hf or "
+            "run.overlap=false")  # fmt: skip
     require(not cfg.rollout.filter_groups, "run.mode=async with rollout.filter_groups: DAPO's dynamic sampling draws "
             "more batches inside one iteration, which the asynchronous loop does not do yet; use run.mode=sync")  # fmt: skip
     require(not needs_greedy_baseline(cfg.algorithm.estimator), f"run.mode=async with algorithm.estimator="

@@ -9,6 +9,7 @@ config against the env *before* any model is loaded. ``run.mode: sync`` (default
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -571,6 +572,11 @@ def _learn(run: RunState, it: int, consumed: list[Any], greedy: Any, seed: int, 
     metrics.update(run.versions.metrics())
 
 
+def _validation_due(cfg: TrainConfig, it: int) -> bool:
+    """Whether iteration ``it`` (0-based) ends with a validation (``eval.every``, and always the last one)."""
+    return cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations)
+
+
 def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: Any, t0: float, t1: float,
                    timing: Mapping[str, float]) -> None:  # fmt: skip
     """The end of iteration ``it`` (0-based), after its update: agent-health signals, validation when due, timings
@@ -583,7 +589,7 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: An
     cfg = run.cfg
     metrics.update(health.check(it + 1, metrics)[0])  # per-agent runaway signals; warns when one crosses
     t2 = time.perf_counter()
-    if cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations):
+    if _validation_due(cfg, it):
         metrics.update(_validate(run, it + 1))
     t3 = time.perf_counter()
     metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
@@ -667,8 +673,9 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
                        "together; per-agent groupings (prompt_agent: Dr. MAS) are not affected", len(trained), eta,
                        grouping)  # fmt: skip
     overlap = cfg.run.overlap
-    if cfg.distributed.enabled:  # the worker groups' engines are the generation side (config refuses overlap)
-        gen: Any = EngineSide(run.pool, run.versions)
+    ray_path = cfg.distributed.enabled
+    if ray_path:  # the worker groups' engines are the generation side
+        gen: Any = EngineSide(run.pool, run.versions, run.updater, staged=overlap)
     else:
         gen = GenerationSide(run.pool, run.versions, lambda loaded: make_backend(
             loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every,
@@ -732,7 +739,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
             try:
                 _learn(run, it, consumed, None, seed, metrics)
             except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
-                producer.close(wait=False)
+                producer.close()  # a generation thread finishes its batch: nothing else uses the engines meanwhile
                 it = _rewind(run, err)  # the weights, sampler, versions and metrics log of the checkpoint
                 buffer, producer = start(it)  # and its buffer: its groups are consumed again, none lost or doubled
                 logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)
@@ -752,7 +759,11 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
                 metrics[f"async/{mid}/dropped_samples"] = float(counts[mid].dropped_samples)
             metrics.update(gen.metrics())
             run.async_snapshot = producer.snapshot(run.versions)
-            _end_iteration(run, it, metrics, health, t0, t1, merge_timing(timings))
+            # on Ray the validation generates with the engines: hold the generation thread off them, at the
+            # trainer's weights (its staged push loaded), while it runs
+            quiet = producer.paused() if ray_path and overlap and _validation_due(cfg, it) else contextlib.nullcontext()
+            with quiet:
+                _end_iteration(run, it, metrics, health, t0, t1, merge_timing(timings))
             it += 1
             bar.update(1)
             guard.release(it)

@@ -30,7 +30,16 @@ TWO_MODELS = ("models.m2.name_or_path=tiny", "agents.b=m2", "distributed.enabled
               "distributed.world_size.m=1", "distributed.world_size.m2=1", "rollout.group_size=4",
               "run.save_samples=true")  # fmt: skip
 ASYNC = ("run.mode=async",)
-SAME_RUN = ("reward", "adv", "rollout", "loss", "agent", "version", "staleness")  # metric families compared
+VALIDATE = ("eval.every=1", "eval.size=3", "eval.k=2")  # on Ray the validation generates with the engines too
+SAME_RUN = ("reward", "adv", "rollout", "loss", "agent", "version", "staleness", "val")  # metric families compared
+
+
+@pytest.fixture(scope="module")
+def sync_run(ray_cluster, tmp_path_factory):
+    """The synchronous Ray run the η = 0 runs are compared with: 2 iterations, validated after each."""
+    run_dir = tmp_path_factory.mktemp("sync") / "run"
+    train(tiny_config(run_dir, *TWO_MODELS, *VALIDATE, "run.iterations=2"), loader=tiny_loader)
+    return run_dir
 
 
 def _samples(run_dir, iteration):
@@ -54,9 +63,8 @@ def _assert_same_run(want_dir, got_dir, iterations):
 
 
 def test_async_at_staleness_0_on_ray_is_the_sync_ray_run_even_with_a_generation_worker_killed(
-        ray_cluster, tmp_path, monkeypatch):  # fmt: skip
-    sync_dir, async_dir = tmp_path / "sync", tmp_path / "async"
-    train(tiny_config(sync_dir, *TWO_MODELS, "run.iterations=2"), loader=tiny_loader)
+        sync_run, tmp_path, monkeypatch):  # fmt: skip
+    sync_dir, async_dir = sync_run, tmp_path / "async"
 
     generate, calls, killed = RayBackend.generate_ids, Counter(), []
 
@@ -69,7 +77,7 @@ def test_async_at_staleness_0_on_ray_is_the_sync_ray_run_even_with_a_generation_
         return generate(self, prompt_ids, sampling)
 
     monkeypatch.setattr(RayBackend, "generate_ids", kill_then_generate)
-    summary = train(tiny_config(async_dir, *TWO_MODELS, *ASYNC, "run.iterations=2", "run.max_staleness=0"),
+    summary = train(tiny_config(async_dir, *TWO_MODELS, *VALIDATE, *ASYNC, "run.iterations=2", "run.max_staleness=0"),
                     loader=tiny_loader)  # fmt: skip
     last = summary["metrics"]
     assert killed and last["dist/m2/generation_restarts"] == 1.0 and last["dist/m/generation_restarts"] == 0.0
@@ -116,3 +124,63 @@ def test_a_training_rank_killed_in_async_mode_rewinds_with_the_buffer_losing_and
     whole = [ids(_samples(whole_dir, it)) for it in range(1, 5)]
     assert kept == whole
     _assert_same_run(whole_dir, killed_dir, 4)
+
+
+def test_overlap_at_staleness_0_on_ray_is_the_sync_ray_run(sync_run, tmp_path):
+    """The generation thread on Ray: the updater pushes nothing, the thread pushes each staged update before its next
+    batch, and the validation holds the thread off the engines; at η = 0 the run is the synchronous one, the
+    validations included."""
+    thread_dir = tmp_path / "thread"
+    train(tiny_config(thread_dir, *TWO_MODELS, *VALIDATE, *ASYNC, "run.overlap=true", "run.iterations=2",
+                      "run.max_staleness=0"), loader=tiny_loader)  # fmt: skip
+    _assert_same_run(sync_run, thread_dir, 2)
+    rows = read_metrics(thread_dir / "metrics.jsonl")
+    assert all("val/avg@2" in r for r in rows)
+
+
+def test_overlap_on_ray_plays_while_the_ranks_train_within_the_bound(ray_cluster, tmp_path, monkeypatch):
+    """η = 1, 4 steps: the generation thread's second batch and the first update each wait until the other has
+    started (a rendezvous, which only an overlapping loop passes); no consumed sample is more than one version old,
+    and the engines' weights reach the thread only between its batches (each batch one version per model)."""
+    import threading
+
+    import drmas_train.collect.rollout as rollout_module
+
+    real_rollout, real_update = rollout_module.rollout, trainer_module._update_models
+    gen_in, update_in, calls, lags = threading.Event(), threading.Event(), [], []
+
+    def engine_versions(pool):
+        return {mid: b.group.version for mid, b in pool.backends.items() if hasattr(b, "group")}
+
+    def met_rollout(env_fn, tasks, group_size, pool, *args, **kwargs):
+        if threading.current_thread().name == "drmas-generation":
+            if len(calls) == 1:  # batch 1, played while step 0 updates
+                gen_in.set()
+                assert update_in.wait(120), "no update ran while the generation thread played batch 1"
+            before = engine_versions(pool)
+            out = real_rollout(env_fn, tasks, group_size, pool, *args, **kwargs)
+            calls.append((before, engine_versions(pool)))
+            return out
+        return real_rollout(env_fn, tasks, group_size, pool, *args, **kwargs)
+
+    def met_update(run, samples, adv, seed):
+        update_in.set()
+        assert gen_in.wait(120), "the generation thread played no batch while the first update ran"
+        lags.extend(run.versions[s.model_id] - s.policy_version for s in samples)
+        return real_update(run, samples, adv, seed)
+
+    monkeypatch.setattr(rollout_module, "rollout", met_rollout)
+    monkeypatch.setattr(trainer_module, "_update_models", met_update)
+    run_dir = tmp_path / "run"
+    train(tiny_config(run_dir, *TWO_MODELS, *ASYNC, "run.overlap=true", "run.iterations=4", "run.max_staleness=1"),
+          loader=tiny_loader)  # fmt: skip
+    assert len(calls) >= 4 and lags and max(lags) <= 1 and min(lags) >= 0
+    assert all(before == after for before, after in calls)  # no push landed inside a batch
+    assert len({tuple(sorted(before.items())) for before, _ in calls}) >= 3  # pushes did land between batches
+    seen: set[str] = set()
+    for it in range(1, 5):
+        samples = _samples(run_dir, it)
+        assert_whole_groups(samples, ["m", "m2"], n_groups=2, group_size=4)
+        trajs = {s.traj_uid for s in samples}
+        assert not trajs & seen  # no episode twice
+        seen |= trajs

@@ -130,8 +130,9 @@ def test_generation_side_holds_its_own_weights_until_a_push():
     [
         (("run.mode=later",), r"run.mode='later'; accepted: sync, async"),
         (("run.max_staleness=-1",), r"run.max_staleness must be an int >= 0"),
-        (("run.mode=async", "run.max_staleness=1", "run.overlap=true", "distributed.enabled=true"),
-         r"run.overlap=true with distributed.enabled=true: the generation thread runs on the single-process path"),
+        (("run.mode=async", "run.max_staleness=1", "run.overlap=true", "distributed.enabled=true",
+          "distributed.generation_engine=vllm", "distributed.vllm_allow_cpu=true"),
+         r"run.overlap=true with distributed.generation_engine=vllm: vLLM engines sleep while the ranks train"),
         (("run.mode=async", "rollout.filter_groups=true"), r"run.mode=async with rollout.filter_groups"),
         (("run.mode=async", "algorithm.estimator=remax"), r"run.mode=async with algorithm.estimator='remax'"),
     ],

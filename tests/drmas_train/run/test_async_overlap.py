@@ -350,6 +350,65 @@ def test_a_batch_in_flight_at_a_snapshot_is_played_again_from_it():
     assert again == [rolls[1]]  # the same index and the same tasks: batch 1 is played again
 
 
+def test_paused_waits_for_the_batch_in_flight_loads_the_staged_pushes_and_holds_the_thread_off():
+    """BatchProducer.paused (the Ray path's validation): entered while batch 1 is being played, it returns once that
+    batch is committed, loads the staged pushes, and no batch starts inside the block even when one is allowed; the
+    allowed batch is played after it."""
+    import time
+    from types import SimpleNamespace
+
+    from drmas_train.collect.group_buffer import GroupBuffer
+    from drmas_train.collect.task_sampler import TaskSampler
+    from drmas_train.run.async_producer import BatchProducer
+
+    class Side:
+        held, applied = {"m": 0}, []
+
+        def apply_staged(self):
+            self.applied.append(len(rolls))
+            return []
+
+        def stamp(self, samples):
+            for x in samples:
+                x.policy_version = 0
+
+    rolls, in_flight, release = [], threading.Event(), threading.Event()
+
+    def roll(tasks, k, *, progress):
+        rolls.append(k)
+        if k == 1:
+            in_flight.set()
+            release.wait(10)
+        trajs = [SimpleNamespace(uid=f"{k}-{t}", traj_uid=f"{k}-{t}-{g}") for t in tasks for g in range(2)]
+        samples = [SimpleNamespace(uid=t.uid, traj_uid=t.traj_uid, model_id="m", turn=0, policy_version=None)
+                   for t in trajs]  # fmt: skip
+        return SimpleNamespace(samples=samples, trajectories=trajs, timing={})
+
+    sampler, side = TaskSampler(10, 2, seed=3), Side()
+    producer = BatchProducer(side, GroupBuffer(2, {"m": 2}, 16), lambda: sampler.next_batch(), roll, sampler.state_dict,
+                             overlap=True, max_extra=0)  # fmt: skip
+    producer.allow(1)
+    assert in_flight.wait(10)
+    inside: list = []
+
+    def validate():
+        with producer.paused():
+            inside.append((producer.generated, list(side.applied)))
+            producer.allow(2)  # batch 2 may be played, but not while paused
+            time.sleep(0.2)
+            inside.append(list(rolls))
+
+    holder = threading.Thread(target=validate)
+    holder.start()
+    release.set()
+    holder.join(10)
+    assert inside[0] == (2, [0, 1, 2])  # after batch 1's commit; loaded before batches 0 and 1, then by paused
+    assert inside[1] == [0, 1]  # nothing started inside the block
+    assert producer.take("m", 0, 6) is not None  # batch 2, played after it
+    producer.close()
+    assert rolls == [0, 1, 2]
+
+
 def test_overlap_outside_async_mode_is_refused_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"run.overlap=true with run.mode='sync'.*set run.mode=async"):
         validate_config(tiny_config(tmp_path / "run", "run.overlap=true"))
