@@ -13,15 +13,23 @@ Arms (all ``quickstart_math``, seed 0, 8 iterations of 4 tasks x 4 episodes, ``e
 * ``sync_1t``: the synchronous loop, 1 thread (generation and update taking turns on one core); validated at 0, 4
   and 8 only, as it serves the speed ratio (``train_s_per_iteration``), not the wall-clock curve;
 * ``async_overlap``: ``run.mode=async``, ``run.overlap=true``, η = 1, the decoupled objective with cap 5, 1 torch
-  thread for the generation thread and 1 for the trainer (docs/async.md, "Overlap").
+  thread for the generation thread and 1 for the trainer (docs/async.md, "Overlap");
+* ``ray_sync``: the synchronous loop through Ray (``distributed.enabled=true``, one training rank and one HF
+  generation engine for the shared model, 1 CPU and 1 torch thread each, the driver on 1 thread): the engine and
+  the rank take turns;
+* ``ray_async_overlap``: ``ray_sync`` with ``async_overlap``'s settings: the driver's generation thread keeps the
+  engine busy while the rank trains (docs/async.md, "On Ray").
+
+Each asynchronous arm is compared with the synchronous arms of its own path (:data:`PAIRS`).
 
 Output (JSON): per arm the quickstart figures (``validation`` with ``elapsed_s`` added, ``wall_time_s``,
 ``peak_rss_gb``, ``load_average`` before, ``load_after``), its mean ``perf/`` seconds per iteration (``rollout_s`` is
 the time a step waited for its samples), ``train_s_per_iteration`` (the mean of ``iteration_s - eval_s``: what
 ``benchmarks/perf/async_sim.py --cpu-check`` predicts), its staleness; then ``equal_samples`` (each arm's gain after 8
 iterations) and ``equal_wall_clock``: for each sync arm, its gain at the last validation it had finished by the
-time the async arm finished (``elapsed_s``), next to the async arm's final gain; ``speedup_<sync arm>``: the sync
-arm's over the async arm's elapsed seconds at their last validation, and their ``train_s_per_iteration`` ratio.
+time the async arm finished (``elapsed_s``), next to the async arm's final gain (``ray_equal_wall_clock`` for the Ray
+pair); ``speedup_<sync arm>``: the sync arm's over its async arm's elapsed seconds at their last validation, and
+their ``train_s_per_iteration`` ratio.
 
 Measure on an otherwise idle machine and quote the load: the arms run one after another, and another process on
 the 2 cores slows them unequally.
@@ -43,12 +51,20 @@ HERE = Path(__file__).resolve().parent
 QUICKSTART = HERE.parent / "learning" / "quickstart.py"
 
 COMMON = ("eval.every=2", "run.save_every=0", "run.plot=false", "run.tensorboard=false")
+ASYNC = ("run.mode=async", "run.overlap=true", "run.max_staleness=1", "algorithm.behaviour_weight_cap=5")
+RAY = ("distributed.enabled=true", "distributed.world_size.shared=1", "distributed.cpus_per_worker=1")
 ARMS: dict[str, tuple[str, ...]] = {
     "sync_2t": ("run.num_threads=2",),
     "sync_1t": ("run.num_threads=1", "eval.every=4"),  # for the speed ratio only: fewer validations
-    "async_overlap": ("run.mode=async", "run.overlap=true", "run.max_staleness=1",
-                      "algorithm.behaviour_weight_cap=5", "run.num_threads=1"),
+    "async_overlap": (*ASYNC, "run.num_threads=1"),
+    "ray_sync": (*RAY, "run.num_threads=1"),
+    "ray_async_overlap": (*RAY, *ASYNC, "run.num_threads=1"),
 }  # fmt: skip
+#: each asynchronous arm, the synchronous arms it is compared with (the same path), and its equal-wall-clock key
+PAIRS: dict[str, tuple[tuple[str, ...], str]] = {
+    "async_overlap": (("sync_2t", "sync_1t"), "equal_wall_clock"),
+    "ray_async_overlap": (("ray_sync",), "ray_equal_wall_clock"),
+}
 
 
 def arm_record(quickstart: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -81,13 +97,16 @@ def compare(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """``equal_samples`` and ``equal_wall_clock`` of the arms (module docstring)."""
     out: dict[str, Any] = {"equal_samples": {name: {k: r["validation"][-1].get(k) for k in ("iteration", "gain", "gain_stderr")}
                                              | {"wall_time_s": r["wall_time_s"]} for name, r in records.items()}}  # fmt: skip
-    if "async_overlap" in records:
-        a = records["async_overlap"]
+    for async_arm, (sync_arms, key) in PAIRS.items():
+        if async_arm not in records:
+            continue
+        a = records[async_arm]
         t = a["validation"][-1]["elapsed_s"]
-        out["equal_wall_clock"] = {"seconds": t, "async_overlap": a["validation"][-1]}
-        for name, r in records.items():
-            if name != "async_overlap":
-                out["equal_wall_clock"][name] = gain_at(r, t)
+        out[key] = {"seconds": t, async_arm: a["validation"][-1]}
+        for name in sync_arms:
+            if name in records:
+                r = records[name]
+                out[key][name] = gain_at(r, t)
                 out[f"speedup_{name}"] = {"elapsed": r["validation"][-1]["elapsed_s"] / t,
                                           "train_s_per_iteration": r["train_s_per_iteration"] / a["train_s_per_iteration"]}  # fmt: skip
     return out

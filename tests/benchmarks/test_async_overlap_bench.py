@@ -54,3 +54,16 @@ def test_an_arm_without_elapsed_seconds_is_refused():
     rows = [{k: v for k, v in r.items() if k != "perf/elapsed_s"} for r in _rows({2: 1.0})]
     with pytest.raises(KeyError, match="perf/elapsed_s"):
         bench.arm_record(_quickstart({2: 0.1}), rows)
+
+
+def test_each_async_arm_is_compared_with_the_sync_arms_of_its_own_path():
+    slow = bench.arm_record(_quickstart({2: 0.1, 4: 0.2}), _rows({2: 100.0, 4: 200.0}))
+    fast = bench.arm_record(_quickstart({2: 0.2, 4: 0.3}), _rows({2: 70.0, 4: 150.0}, 1.0))
+    out = bench.compare({"sync_2t": slow, "async_overlap": fast, "ray_sync": slow, "ray_async_overlap": fast})
+    assert set(out["equal_wall_clock"]) == {"seconds", "async_overlap", "sync_2t"}  # not the Ray arms
+    assert set(out["ray_equal_wall_clock"]) == {"seconds", "ray_async_overlap", "ray_sync"}
+    assert out["ray_equal_wall_clock"]["ray_sync"]["iteration"] == 2  # validated at 100 s <= 150 s
+    assert out["speedup_ray_sync"]["elapsed"] == pytest.approx(200.0 / 150.0)
+    only_ray = bench.compare({"ray_sync": slow, "ray_async_overlap": fast})
+    assert "equal_wall_clock" not in only_ray and only_ray["ray_equal_wall_clock"]["seconds"] == 150.0
+    assert all(o in bench.ARMS["ray_async_overlap"] for o in (*bench.RAY, *bench.ASYNC))
