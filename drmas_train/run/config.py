@@ -121,7 +121,7 @@ class RunConfig:
     overlap: bool = False
     """``run.mode: async``: play the batches in a generation thread of this process while the trainer updates
     (``true``: generation and training overlap in time; at η >= 1 which weights a batch gets depends on timing, so
-    the run is not reproducible bit for bit; single-process path only) or inline in the trainer's thread
+    the run is not reproducible bit for bit; on the Ray path with HF engines only) or inline in the trainer's thread
     (``false``: the deterministic interleaved schedule). Each side uses ``run.num_threads`` torch threads.
     docs/async.md, "Overlap"."""
     generation_restarts: int = 0

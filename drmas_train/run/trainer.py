@@ -702,6 +702,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
                 resumed = {"generated": int(state["generated"]), "order": dict(state["order"]),
                            "plays": set(state["plays"]), "positions": int(state["positions"])}  # fmt: skip
                 gen.restore(state["held"], state["weights"])
+            elif ray_path:  # a synchronous run's checkpoint: the engines hold its weights (read_state pushed them)
+                gen.restore(run.versions.state_dict(), {})
             logger.info("run.mode=async at iteration %d from its checkpoint: %d batches played, %d groups buffered",
                         at, resumed["generated"], buffer.held_groups())  # fmt: skip
         producer = BatchProducer(gen, buffer, lambda: [run.tasks[i] for i in run.sampler.next_batch()], roll,
