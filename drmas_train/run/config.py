@@ -124,6 +124,11 @@ class RunConfig:
     the run is not reproducible bit for bit; on the Ray path with HF engines only) or inline in the trainer's thread
     (``false``: the deterministic interleaved schedule). Each side uses ``run.num_threads`` torch threads.
     docs/async.md, "Overlap"."""
+    push_every: dict[str, int] = field(default_factory=dict)
+    """``run.mode: async``: model key -> k: push that model's weights to the generation side after every k-th of its
+    updates (default 1, every update; a LoRA base's key covers all of its adapters). A model pushed less often
+    generates with older weights, so its samples are staler: its pipeline lags the others'. Single-process path
+    only. docs/async.md."""
     generation_restarts: int = 0
     """``run.overlap: true``: how many times, over this process's run, the generation thread plays a batch again
     after it failed (an ``Exception`` from the rollout: the same tasks and seed, so nothing is lost or doubled)
@@ -332,6 +337,20 @@ def _validate_run_mode(cfg: TrainConfig) -> None:
     require(restarts == 0 or cfg.run.overlap, f"run.generation_restarts={restarts} without run.overlap=true: it "
             "restarts the asynchronous loop's generation thread; set run.mode=async and run.overlap=true, or leave "
             "it at 0")  # fmt: skip
+    push_every = cfg.run.push_every
+    require(isinstance(push_every, dict), f"run.push_every must be a mapping model key -> int >= 1, got {push_every!r}")
+    require(mode == "async" or not push_every, f"run.push_every with run.mode={mode!r}: it schedules the asynchronous "
+            "loop's weight pushes; set run.mode=async or leave it empty")  # fmt: skip
+    for key, k in push_every.items():
+        model = cfg.models.get(key)
+        require(model is not None and model.trainable, f"run.push_every.{key}: not a trained model; accepted: "
+                f"{sorted(m for m, c in cfg.models.items() if c.trainable)}")  # fmt: skip
+        require(not isinstance(k, bool) and isinstance(k, int) and k >= 1,
+                f"run.push_every.{key} must be an int >= 1 (updates between two pushes), got {k!r}")  # fmt: skip
+        # between two pushes the model's freshest sample lags by up to k - 1 versions: beyond η no group is usable
+        require(k <= eta + 1, f"run.push_every.{key}={k} with run.max_staleness={eta}: the model's samples would lag "
+                f"by up to {k - 1} version{'s' if k > 2 else ''}, more than the bound, and every group would be dropped; use "
+                f"run.push_every.{key} <= {eta + 1} or raise run.max_staleness")  # fmt: skip
     if mode != "async":
         require(not cfg.run.overlap, f"run.overlap=true with run.mode={mode!r}: overlap is the asynchronous loop's "
                 "generation thread; set run.mode=async (with run.max_staleness >= 1 for generation to run ahead)")  # fmt: skip
@@ -340,6 +359,9 @@ def _validate_run_mode(cfg: TrainConfig) -> None:
             "run.overlap=true with distributed.generation_engine=vllm: vLLM engines sleep while the ranks train, "
             "which would take them from the generation thread; use distributed.generation_engine=hf or "
             "run.overlap=false")  # fmt: skip
+    require(not (cfg.distributed.enabled and any(k != 1 for k in push_every.values())), "run.push_every with "
+            "distributed.enabled=true: on the Ray path the validation generates with the engines, which must hold the "
+            "trainer's weights; leave run.push_every empty (every update) or use distributed.enabled=false")  # fmt: skip
     require(not cfg.rollout.filter_groups, "run.mode=async with rollout.filter_groups: DAPO's dynamic sampling draws "
             "more batches inside one iteration, which the asynchronous loop does not do yet; use run.mode=sync")  # fmt: skip
     require(not needs_greedy_baseline(cfg.algorithm.estimator), f"run.mode=async with algorithm.estimator="

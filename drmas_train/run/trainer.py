@@ -611,7 +611,7 @@ POOLED_GROUPINGS = ("prompt", "prompt_call")
 MAX_EXTRA_BATCHES = 8
 
 
-def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every: dict[str, int] | None = None) -> None:
+def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
     """The asynchronous loop (``run.mode: async``, docs/async.md).
 
     A generation side (:class:`~drmas_train.run.async_generation.GenerationSide`) holds its own copy of every
@@ -628,8 +628,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     oldest first; complete groups beyond the bound are dropped and counted by the buffer; a model that still lacks
     groups gets more batches played with the current weights (at most :data:`MAX_EXTRA_BATCHES`). The step's
     samples, in the synchronous loop's order, go through :func:`_learn` (the same advantages, update and
-    versions), and the trainer publishes the new weights to the generation side (``push_every``: the per-model
-    push schedule, every update by default; a test's way of making one model's generation lag).
+    versions), and the trainer publishes the new weights to the generation side (``run.push_every``: the per-model
+    push schedule, every update by default; a model pushed less often lags).
 
     With η = 0 every step consumes exactly the batch generated with its own weights: the synchronous loop, bit for
     bit, in both modes. With η > 0 step t may consume samples up to η versions old, corrected by the decoupled
@@ -677,6 +677,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any, *, push_every
     if ray_path:  # the worker groups' engines are the generation side
         gen: Any = EngineSide(run.pool, run.versions, run.updater, staged=overlap)
     else:
+        push_every = {mid: cfg.run.push_every[split_model_id(mid)[0]] for mid in trained
+                      if split_model_id(mid)[0] in cfg.run.push_every}  # fmt: skip
         gen = GenerationSide(run.pool, run.versions, lambda loaded: make_backend(
             loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every,
             isolate=overlap)  # fmt: skip

@@ -4,8 +4,6 @@ consumes a sample beyond the bound, and the stale groups are dropped and counted
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 
@@ -74,11 +72,9 @@ def test_no_update_consumes_a_sample_beyond_the_bound_with_one_model_slow(tmp_pa
         return real_update(run, samples, adv, seed)
 
     monkeypatch.setattr(trainer_module, "_update_models", spy)
-    monkeypatch.setattr(trainer_module, "_train_async", functools.partial(trainer_module._train_async,
-                                                                          push_every={"m2": 2}))  # fmt: skip
     run_dir = tmp_path / "run"
     train(tiny_config(run_dir, *TWO_MODELS, "run.iterations=5", "run.mode=async", "run.max_staleness=2",
-                      "run.save_samples=true"), loader=tiny_loader)  # fmt: skip
+                      "run.push_every.m2=2", "run.save_samples=true"), loader=tiny_loader)  # fmt: skip
     assert (
         len(consumed) == 5 * 2 * 2 * 8
     )  # 5 steps x 2 models x batch_size 2 groups x G = 8 episodes, 1 call each
@@ -134,6 +130,14 @@ def test_generation_side_holds_its_own_weights_until_a_push():
           "distributed.generation_engine=vllm", "distributed.vllm_allow_cpu=true"),
          r"run.overlap=true with distributed.generation_engine=vllm: vLLM engines sleep while the ranks train"),
         (("run.mode=async", "rollout.filter_groups=true"), r"run.mode=async with rollout.filter_groups"),
+        (("run.push_every.m=2",), r"run.push_every with run.mode='sync': it schedules the asynchronous loop"),
+        (("run.mode=async", "run.max_staleness=1", "run.push_every.m9=2"),
+         r"run.push_every.m9: not a trained model; accepted: \['m'\]"),
+        (("run.mode=async", "run.max_staleness=1", "run.push_every.m=0"), r"run.push_every.m must be an int >= 1"),
+        (("run.mode=async", "run.max_staleness=1", "run.push_every.m=3"),
+         r"run.push_every.m=3 with run.max_staleness=1: the model's samples would lag by up to 2 versions"),
+        (("run.mode=async", "run.max_staleness=1", "run.push_every.m=2", "distributed.enabled=true"),
+         r"run.push_every with distributed.enabled=true: on the Ray path the validation generates with the engines"),
         (("run.mode=async", "algorithm.estimator=remax"), r"run.mode=async with algorithm.estimator='remax'"),
     ],
 )  # fmt: skip
@@ -147,10 +151,9 @@ def test_async_resume_continues_exactly(tmp_path, monkeypatch):
     lags its trainer and the buffer holds a batch generated ahead): 5 steps straight, and 3 steps then --resume to
     5, give the same metrics rows (timings aside) and the same weights, bit for bit. The checkpoint holds the
     buffer's samples, the loop's counters and the lagging snapshot."""
-    monkeypatch.setattr(trainer_module, "_train_async", functools.partial(trainer_module._train_async,
-                                                                          push_every={"m2": 2}))  # fmt: skip
     common = (
         *TWO_MODELS,
+        "run.push_every.m2=2",
         "run.mode=async",
         "run.max_staleness=1",
         "run.save_every=1",
@@ -211,8 +214,13 @@ def test_a_pooled_grouping_over_several_models_is_warned_about(tmp_path, caplog)
 def test_a_model_whose_generation_lags_beyond_the_bound_stops_the_run_naming_it(tmp_path, monkeypatch):
     """η = 0 and m2's weights pushed every 4th update only: from step 2 on every m2 group is 1 version old, so
     dropped; after MAX_EXTRA_BATCHES more batches the run stops, naming m2 (no endless generation)."""
-    monkeypatch.setattr(trainer_module, "_train_async", functools.partial(trainer_module._train_async,
-                                                                          push_every={"m2": 4}))  # fmt: skip
+    import drmas_train.run.async_generation as generation_module
+
+    class Lagging(GenerationSide):  # the config refuses this schedule (run.push_every <= η + 1): the guard behind it
+        def __init__(self, *args, push_every=None, **kwargs):
+            super().__init__(*args, push_every={"m2": 4}, **kwargs)
+
+    monkeypatch.setattr(generation_module, "GenerationSide", Lagging)
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match=r"model 'm2' has fewer than 2 complete groups within run.max_staleness=0 "
                                            r"after 8 more batches"):  # fmt: skip
