@@ -529,9 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / "results", ignore_errors=True)  # regenerated from the records
     presets: dict[str, Any] = {}
     for preset in args.presets:
+        # this preset's folder is regenerated from its records; other presets' folders in --out (an earlier
+        # invocation's, e.g. another setting of benchmarks/paper_effect) stay, and the leaderboard ranks them all
+        shutil.rmtree(out / "results" / Path(preset).stem, ignore_errors=True)
         recs = sorted((r for r in records if r["preset"] == preset), key=lambda r: r["seed"])
         if not recs:
             continue

@@ -156,6 +156,14 @@ def test_the_script_trains_two_presets_and_ranks_them_on_a_leaderboard(tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads(again.stdout)["presets"] == printed["presets"] and "done " not in again.stderr
 
+    # one preset again into the same --out: its folder is regenerated, the other preset's stays on the leaderboard
+    one = _script("--presets", "quickstart_math_rloo", *args[3:])
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert set(json.loads(one.stdout)["presets"]) == {"quickstart_math_rloo"}
+    assert (out / "results" / "quickstart_math_gae" / "summary.json").is_file()
+    board = json.loads((out / "leaderboard.json").read_text())["math-other"]
+    assert {r["label"] for r in board["rows"]} == {"quickstart_math_rloo", "quickstart_math_gae"}
+
 
 @pytest.mark.slow
 def test_a_lora_agents_run_is_recorded_and_a_missing_record_is_written_from_the_finished_run(tmp_path):
