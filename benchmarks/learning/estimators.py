@@ -27,7 +27,10 @@ Checkpoints are deleted after each run (SmolLM2's weights + AdamW state: ~1.6 GB
 Outputs under ``--out`` (default ``benchmarks/learning/estimators/``):
 
 * ``results.json``: every run's record, per preset the mean ± standard error over seeds (sample std, ddof 1, over
-  sqrt(seeds)) of each figure, the machine (cores, load) and the benchmark's wall time;
+  sqrt(seeds)) of each figure, the machine (cores, load) and the benchmark's wall time. Presets measured by
+  separate invocations (sessions) into the same ``--out`` end in one file (:func:`merge_results`): a preset run
+  again replaces its earlier runs, the others are kept. An ``--out`` whose ``results.json`` used other seeds,
+  iterations or overrides is refused (exit 2) before any run starts;
 * ``results/<preset>/summary.json`` (+ an empty ``episodes.jsonl``): a results directory in the schema
   ``drmas leaderboard`` reads (docs/results-schema.md). Its ``metrics`` cell is the final held-out validation of
   all seeds pooled (tasks of different seeds are different tasks; avg@k and unbiased pass@k from the per-task
@@ -44,6 +47,9 @@ the load. Exit code 1 when a run failed (the others are kept and ranked), 2 for 
         --out runs/estimators_smoke                                           # a smoke run
     python benchmarks/learning/estimators.py --presets quickstart_math_grpo quickstart_math_rloo \
         algorithm.grouping=prompt_agent --out runs/estimators_per_agent     # grouping, one key away
+
+``--finished-only`` trains nothing: it writes the results of the runs already finished (a benchmark stopped
+part-way, e.g. to commit what a session measured) and lists the others as ``missing``.
 
 Arguments with ``=`` are overrides wherever they stand. The quickstart took 9-21 minutes per run on 2 CPU cores
 (docs/quickstart.md): 12 presets x 3 seeds is 5-13 hours with ``--jobs 1``. ``--jobs 2`` runs two at a time (one torch thread each with ``--threads 1``); on a 2-core machine
@@ -63,7 +69,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -435,6 +441,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rerun", action="store_true", help="re-run finished runs instead of reusing their records"
     )
+    p.add_argument("--finished-only", action="store_true",
+                   help="train nothing: write the results of the runs already finished, list the others as missing")  # fmt: skip
     p.add_argument(
         "--keep-checkpoints",
         action="store_true",
@@ -442,6 +450,60 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("overrides", nargs="*", help="dotted overrides applied to every run, as drmas train")  # fmt: skip
     return p
+
+
+#: what one results.json holds the same for every run
+DESIGN_KEYS = ("seeds", "first_seed", "iterations", "overrides")
+
+
+def check_mergeable(earlier: Mapping[str, Any], design: Mapping[str, Any]) -> None:
+    """Whether runs of ``design`` (this invocation's :data:`DESIGN_KEYS`) can join ``earlier`` (a ``results.json``
+    already in ``--out``) in one file; checked before any run starts (see :func:`merge_results`).
+
+    Raises:
+        ValueError: ``earlier`` is not this script's (no ``runs`` list or ``presets``), or it used other seeds,
+            iterations or overrides.
+    """
+    if not isinstance(earlier.get("runs"), list) or not isinstance(earlier.get("presets"), dict):
+        raise ValueError("the results.json already in --out is not an estimators.py one (no 'runs' and 'presets'): "
+                         "move it away or pick another --out")  # fmt: skip
+    for key in DESIGN_KEYS:
+        if earlier.get(key) != design.get(key):
+            raise ValueError(f"the results.json already in --out used {key}={earlier.get(key)!r}, this run "
+                             f"{design.get(key)!r}: one results.json holds one design; pick another --out")  # fmt: skip
+
+
+def merge_runs(earlier: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Run records of ``earlier`` and ``new`` keyed by (preset, seed), ``new``'s winning; sorted by that key."""
+    runs = {(r["preset"], r["seed"]): dict(r) for r in earlier}
+    runs.update({(r["preset"], r["seed"]): dict(r) for r in new})
+    return [runs[key] for key in sorted(runs)]
+
+
+def merge_results(earlier: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """``new`` (this invocation's ``results.json``) plus what ``earlier`` (the same folder's previous one) holds:
+    runs merged by (preset, seed) (:func:`merge_runs`: a run measured again replaces its earlier record, the others
+    are kept, so presets and seeds measured in separate sessions end in one file), failures of runs that have no
+    record, and the seed aggregates (``new``'s for its presets, which it computed from the merged runs; ``earlier``'s
+    for the others). ``earlier_presets`` lists the presets whose aggregates were kept from ``earlier``. Merging a
+    file into itself changes nothing. The top-level ``wall_time_s``, ``machine``, ``jobs`` and ``threads`` stay
+    this invocation's; every run's record keeps its own wall time and load.
+
+    Raises:
+        ValueError: as :func:`check_mergeable`.
+    """
+    check_mergeable(earlier, {k: new.get(k) for k in DESIGN_KEYS})
+    merged = dict(new)
+    kept = {p: a for p, a in earlier["presets"].items() if p not in new["presets"]}
+    every = {**kept, **new["presets"]}
+    order = [p for p in PRESETS if p in every] + sorted(p for p in every if p not in PRESETS)
+    merged["presets"] = {p: every[p] for p in order}
+    merged["runs"] = merge_runs(earlier["runs"], new["runs"])
+    recorded = {(r["preset"], r["seed"]) for r in merged["runs"]}
+    failed = {(f.get("preset"), f.get("seed")): f for f in [*earlier.get("failed", []), *new.get("failed", [])]}
+    merged["failed"] = [f for key, f in failed.items() if key not in recorded]
+    merged["earlier_presets"] = sorted(set(kept) | set(new.get("earlier_presets", [])))
+    return merged
 
 
 def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -497,9 +559,17 @@ def main(argv: list[str] | None = None) -> int:
     ):
         print("estimators.py: --seeds, --jobs, --threads and --iterations must be >= 1, --first-seed >= 0", file=sys.stderr)
         return 2
+    if args.rerun and args.finished_only:
+        print("estimators.py: --rerun trains every run again, --finished-only trains none: pick one", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    # presets and seeds measured by an earlier invocation into the same folder are kept (merge_results)
+    earlier = json.loads((out / "results.json").read_text()) if (out / "results.json").is_file() else None
     try:
+        if earlier is not None:
+            check_mergeable(earlier, {key: getattr(args, key) for key in DESIGN_KEYS})
         jobs = _jobs(args)
-    except ConfigError as err:
+    except (ConfigError, ValueError) as err:
         print(f"estimators.py: {err}", file=sys.stderr)
         return 2
     load_start, t0 = os.getloadavg(), time.perf_counter()
@@ -508,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     for job in jobs:
         done = None if args.rerun else _reusable(job) or (record_finished(job) if args.record_finished else None)
         (records.append(done) if done else todo.append(job))
+    missing = [{"preset": j["preset"], "seed": j["seed"]} for j in todo] if args.finished_only else []
+    todo = [] if args.finished_only else todo
     failed = []
     extra = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a fresh process per run
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), **extra) as pool:
@@ -527,8 +599,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"done {rec['preset']} seed {rec['seed']}: avg@{rec['k']} {rec['initial']:.3f} -> {rec['final']:.3f}"
                   f" (gain {rec['gain']:+.3f} ± {rec['gain_stderr']:.3f}), {rec['wall_time_s']:.0f} s", file=sys.stderr)  # fmt: skip
     wall = time.perf_counter() - t0
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if earlier is not None:  # the seeds of this invocation's presets that an earlier one recorded count too
+        records = merge_runs([r for r in earlier["runs"] if r["preset"] in args.presets], records)
     presets: dict[str, Any] = {}
     for preset in args.presets:
         # this preset's folder is regenerated from its records; other presets' folders in --out (an earlier
@@ -545,13 +618,15 @@ def main(argv: list[str] | None = None) -> int:
               "iterations": args.iterations,
               "overrides": args.overrides, "threads": args.threads, "jobs": args.jobs, "wall_time_s": round(wall, 1),
               "machine": machine}  # fmt: skip
-    (out / "results.json").write_text(json.dumps({**result, "runs": sorted(records, key=lambda r: (r["preset"], r["seed"]))},
-                                                 indent=1) + "\n")  # fmt: skip
+    saved = {**result, "runs": sorted(records, key=lambda r: (r["preset"], r["seed"]))}
+    if earlier is not None:
+        saved = merge_results(earlier, saved)
+    (out / "results.json").write_text(json.dumps(saved, indent=1) + "\n")
     written: dict[str, str] = {"results": str(out / "results.json")}
     if presets:
         seeds = f"{args.seeds} seed{'s' if args.seeds > 1 else ''}"
         n_iter = "/".join(
-            str(i) for i in sorted({r["final_iteration"] for r in records})
+            str(i) for i in sorted({r["final_iteration"] for r in saved["runs"]})
         )  # the last validation's
         iters = f"{n_iter} iteration{'' if n_iter == '1' else 's'}"
         title = args.title or (f"drmas advantage estimators on the math quickstart ({seeds} x {iters}"
@@ -569,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     brief = {
         p: {key: a[key] for key in ("seeds", "gain", "final", "wall_time_s")} for p, a in presets.items()
     }
-    print(json.dumps({**result, "presets": brief, "written": written}))
+    print(json.dumps({**result, "presets": brief, "missing": missing, "written": written}))
     return 1 if failed else 0
 
 

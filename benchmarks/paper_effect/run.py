@@ -34,6 +34,7 @@ printed JSON then says ``"protocol": false``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import statistics
@@ -185,47 +186,45 @@ def setting_outcomes(drmas_runs: Sequence[Mapping[str, Any]], grpo_runs: Sequenc
     }
 
 
-#: what one results.json holds the same for every run (estimators.py's keys)
-PROTOCOL_KEYS = ("seeds", "first_seed", "iterations", "overrides")
+def _estimators() -> Any:
+    """``benchmarks/learning/estimators.py`` as a module (its run records and their merging)."""
+    spec = importlib.util.spec_from_file_location("drmas_bench_estimators", ESTIMATORS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def check_mergeable(earlier: Mapping[str, Any], design: Mapping[str, Any]) -> None:
-    """Whether ``design`` (this invocation's :data:`PROTOCOL_KEYS`) can join ``earlier`` (a ``results.json``) in one
-    file: checked before any run starts (see :func:`merge_results`).
+    """Whether ``design`` (this invocation's seeds, first seed, iterations and overrides: ``estimators.py``'s
+    ``DESIGN_KEYS``) can join ``earlier`` (a ``results.json``) in one file: checked before any run starts (see
+    :func:`merge_results`).
 
     Raises:
-        ValueError: ``earlier`` has no ``paper_effect`` outcomes, or it used other seeds, iterations or overrides.
+        ValueError: ``earlier`` has no ``paper_effect`` outcomes, or ``estimators.py``'s ``check_mergeable`` refuses
+            it (other seeds, iterations or overrides).
     """
     if "paper_effect" not in earlier:
         raise ValueError("the results.json already in --out has no 'paper_effect' outcomes: move it away or pick "
                          "another --out")  # fmt: skip
-    for key in PROTOCOL_KEYS:
-        if earlier.get(key) != design.get(key):
-            raise ValueError(f"the results.json already in --out used {key}={earlier.get(key)!r}, this run "
-                             f"{design.get(key)!r}: one results.json holds one design; pick another --out")  # fmt: skip
+    _estimators().check_mergeable(earlier, design)
 
 
 def merge_results(earlier: Mapping[str, Any], new: Mapping[str, Any], settings: Sequence[str]) -> dict[str, Any]:
     """``results.json`` of ``new`` (this invocation's, for ``settings``) plus what ``earlier`` (the same folder's
-    previous ``results.json``) holds for every other setting: its runs, failures and outcomes. So the settings of a
-    protocol measured in separate invocations (sessions) end in one file; a setting measured again replaces its
-    earlier runs and outcomes. ``paper_effect.protocol`` is true only if both were; ``earlier_settings`` lists the
-    settings kept from ``earlier``. The top-level ``wall_time_s``, ``machine``, ``jobs`` and ``threads`` stay this
-    invocation's; every run's record keeps its own wall time and load.
+    previous ``results.json``) holds for every other setting: its runs, failures and seed aggregates (merged as
+    ``estimators.py``'s ``merge_results`` does, by preset and seed) and its outcomes. So the settings of a protocol
+    measured in separate invocations (sessions) end in one file; a setting measured again replaces its outcomes.
+    ``paper_effect.protocol`` is true only if both were; ``earlier_settings`` lists the settings kept from
+    ``earlier``.
 
     Raises:
         ValueError: as :func:`check_mergeable`.
     """
-    check_mergeable(earlier, {k: new.get(k) for k in PROTOCOL_KEYS})
-    redone = {p for s in settings for p in SETTINGS[s]}
+    check_mergeable(earlier, new)
     kept = {s: o for s, o in earlier["paper_effect"]["settings"].items() if s not in settings}
     order = [s for s in SETTINGS if s in kept or s in settings]
-    merged = dict(new)
-    every = {**{p: a for p, a in earlier["presets"].items() if p not in redone}, **new["presets"]}
-    merged["presets"] = {p: every[p] for s in order for p in SETTINGS[s] if p in every}
-    merged["runs"] = sorted([r for r in earlier["runs"] if r["preset"] not in redone] + list(new["runs"]),
-                            key=lambda r: (r["preset"], r["seed"]))  # fmt: skip
-    merged["failed"] = [f for f in earlier.get("failed", []) if f.get("preset") not in redone] + list(new["failed"])
+    merged = _estimators().merge_results(earlier, new)
+    merged["presets"] = {p: merged["presets"][p] for s in order for p in SETTINGS[s] if p in merged["presets"]}
     settings_out = {**kept, **new["paper_effect"]["settings"]}
     merged["paper_effect"] = {
         "protocol": bool(earlier["paper_effect"]["protocol"] and new["paper_effect"]["protocol"]),
@@ -301,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     presets = [p for s in args.settings for p in SETTINGS[s]]
     results_path = Path(args.out) / "results.json"
-    # the settings measured by an earlier invocation into the same folder (estimators.py rewrites results.json)
+    # the settings measured by an earlier invocation into the same folder (estimators.py keeps their runs, this
+    # script their outcomes)
     earlier = json.loads(results_path.read_text()) if results_path.is_file() else None
     if earlier is not None:
         try:

@@ -106,6 +106,44 @@ def test_aggregate_is_the_mean_and_standard_error_over_seeds():
     )
 
 
+def _saved(runs, presets, failed=(), seeds=3):
+    """A results.json as the script writes it: ``runs`` as (preset, seed, gain), ``presets`` their aggregates."""
+    return {"presets": {p: {"seeds": [r[1] for r in runs if r[0] == p]} for p in presets}, "failed": list(failed),
+            "seeds": seeds, "first_seed": 0, "iterations": None, "overrides": [], "wall_time_s": 1.0,
+            "runs": [{"preset": p, "seed": s, "gain": g} for p, s, g in runs]}  # fmt: skip
+
+
+def test_merging_keeps_other_presets_and_seeds_and_replaces_a_run_measured_again():
+    mod = _module()
+    rloo, gae, grpo = "quickstart_math_rloo", "quickstart_math_gae", "quickstart_math_grpo"
+    earlier = _saved([(rloo, 0, 0.1), (rloo, 1, 0.2), (gae, 0, 0.3)], [rloo, gae],
+                     failed=[{"preset": gae, "seed": 1}, {"preset": rloo, "seed": 2}])  # fmt: skip
+    new = _saved([(rloo, 1, 0.9), (rloo, 2, 0.5), (grpo, 0, 0.4)], [rloo, grpo], failed=[{"preset": grpo, "seed": 1}])
+    new["wall_time_s"] = 2.0
+    merged = mod.merge_results(earlier, new)
+    assert [(r["preset"], r["seed"], r["gain"]) for r in merged["runs"]] == [
+        (gae, 0, 0.3), (grpo, 0, 0.4), (rloo, 0, 0.1), (rloo, 1, 0.9), (rloo, 2, 0.5)]  # fmt: skip
+    assert list(merged["presets"]) == [grpo, rloo, gae]  # PRESETS order; rloo's aggregate is the new one
+    assert merged["presets"][rloo] == {"seeds": [1, 2]} and merged["earlier_presets"] == [gae]
+    # a failure whose run has a record now is gone; the others stay
+    assert merged["failed"] == [{"preset": gae, "seed": 1}, {"preset": grpo, "seed": 1}]
+    assert merged["wall_time_s"] == 2.0
+    assert mod.merge_results(merged, merged) == merged  # idempotent
+    with pytest.raises(ValueError, match="seeds=3, this run 5"):
+        mod.merge_results(earlier, _saved([], [], seeds=5))
+    with pytest.raises(ValueError, match="not an estimators.py one"):
+        mod.merge_results({"paper_effect": {}}, new)
+
+
+def test_an_out_folder_of_another_design_or_contradicting_options_are_refused_before_any_run(tmp_path, capsys):
+    mod = _module()
+    (tmp_path / "results.json").write_text(json.dumps(_saved([], [], seeds=5)))
+    assert mod.main(["--presets", "quickstart_math_rloo", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path)]) == 2
+    assert "seeds=5" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+    assert mod.main(["--rerun", "--finished-only", "--out", str(tmp_path / "o")]) == 2
+    assert "pick one" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
 TINY = ["models.shared.name_or_path=tiny-llama", "rollout.batch_size=2", "rollout.group_size=2",
         "rollout.max_new_tokens=10", "eval.size=2", "eval.k=2", "env.data_options.size=8", "run.save_samples=false",
         "run.tensorboard=false", "run.plot=false"]  # fmt: skip
@@ -163,6 +201,18 @@ def test_the_script_trains_two_presets_and_ranks_them_on_a_leaderboard(tmp_path)
     assert (out / "results" / "quickstart_math_gae" / "summary.json").is_file()
     board = json.loads((out / "leaderboard.json").read_text())["math-other"]
     assert {r["label"] for r in board["rows"]} == {"quickstart_math_rloo", "quickstart_math_gae"}
+    saved = json.loads((out / "results.json").read_text())  # and results.json keeps the other preset's runs
+    assert [(r["preset"], r["seed"]) for r in saved["runs"]] == [("quickstart_math_gae", 0), ("quickstart_math_rloo", 0)]
+    assert list(saved["presets"]) == ["quickstart_math_rloo", "quickstart_math_gae"]
+    assert saved["earlier_presets"] == ["quickstart_math_gae"]
+
+    # --finished-only trains nothing: a run without its record is listed as missing, its earlier record is kept
+    (tmp_path / "runs" / "quickstart_math_gae" / "seed_0" / "benchmark_run.json").unlink()
+    partial = _script(*args, "--finished-only")
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    assert json.loads(partial.stdout)["missing"] == [{"preset": "quickstart_math_gae", "seed": 0}]
+    assert "done " not in partial.stderr
+    assert json.loads((out / "results.json").read_text())["runs"] == saved["runs"]
 
 
 @pytest.mark.slow
