@@ -231,7 +231,8 @@ class RayUpdater:
         Colocated vLLM engines (``distributed.generation_engine: vllm``): every group's engines sleep before the
         first rank trains and are woken by the weight pushes after the last update, so no engine holds GPU memory
         while any model trains on the shared GPUs (sleep -> updates -> wake_up + load_weights). With
-        :attr:`defer_pushes` the groups train one after the other and nothing is pushed.
+        :attr:`defer_pushes` nothing sleeps and nothing is pushed (HF engines only); the groups train as without it
+        (one after the other on shared bundles, at the same time on bundles of their own).
 
         Returns:
             ``loss/<model_id>/<metric>``, as the single-process updater's, plus per model
@@ -244,13 +245,8 @@ class RayUpdater:
         """
         metrics, pending = {}, {}
         colocate = self.dist.colocate
-        if self.defer_pushes:  # the asynchronous loop's generation side stages and pushes (run.overlap)
-            for model_id, group in self.groups.items():
-                idx = [i for i, s in enumerate(samples) if s.model_id == model_id]
-                refs = group.start_update([samples[i] for i in idx], adv[idx], seed, self.settings)
-                metrics.update(self._finish(model_id, refs, publish=False))
-            return {**metrics, **self._fault_metrics()}
-        if colocate:  # shared GPUs: every engine releases its memory before any group trains
+        push = not self.defer_pushes  # else the asynchronous loop's generation side stages and pushes (run.overlap)
+        if colocate and push:  # shared GPUs: every engine releases its memory before any group trains
             for group in self.groups.values():
                 group.engines.sleep()
         for model_id, group in self.groups.items():
@@ -258,9 +254,9 @@ class RayUpdater:
             pending[model_id] = group.start_update([samples[i] for i in idx], adv[idx], seed, self.settings)
             if colocate:  # shared bundles: one group at a time; weights pushed once all groups trained
                 metrics.update(self._finish(model_id, pending.pop(model_id), publish=False))
-        for model_id, refs in pending.items():
-            metrics.update(self._finish(model_id, refs))
-        if colocate:
+        for model_id, refs in pending.items():  # groups on bundles of their own train at the same time
+            metrics.update(self._finish(model_id, refs, publish=push))
+        if colocate and push:
             for model_id in self.groups:
                 self._finish(model_id, None)
         return {**metrics, **self._fault_metrics()}

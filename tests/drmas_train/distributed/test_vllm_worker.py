@@ -503,14 +503,15 @@ def fake_ray(monkeypatch):
     ray.put = lambda value: FakeRef(lambda: value)
     ray.wait = lambda refs, num_returns=1: (refs[:num_returns], refs[num_returns:])
     ray.kill = lambda actor, no_restart=True: None
-    monkeypatch.setitem(sys.modules, "ray", ray)
-    monkeypatch.setitem(sys.modules, "ray.exceptions", exceptions)
-    # the distributed modules import ray (and its exception types) at their top: point those names at the fake
+    # the distributed modules import ray (and ray.util, its exception types) at their top: import them with the
+    # real one first (a test run alone would otherwise import them under the fake), then point their names at it
     import drmas_train.distributed.generation_engines as engines
     import drmas_train.distributed.train_ranks as ranks
     import drmas_train.distributed.updater as updater
     import drmas_train.distributed.worker_group as wg
 
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.setitem(sys.modules, "ray.exceptions", exceptions)
     for module in (engines, ranks, updater, wg):
         monkeypatch.setattr(module, "ray", ray)
     for module in (engines, ranks):
@@ -668,3 +669,30 @@ def test_gpu_check_line_says_whether_vllm_ran(tmp_path):
     (fake / "__init__.py").write_text("__version__ = '0.0.0+fake'\n")
     code, line = _gpu_check_line(tmp_path, str(fake.parent))  # importable, but the check runs on the CPU
     assert code == 2 and line["vllm"] == "skipped: the vLLM step needs --device cuda"
+
+
+@pytest.mark.parametrize("colocate", [True, False])
+def test_deferred_pushes_push_nothing_and_groups_on_their_own_bundles_train_at_once(fake_ranks, colocate):
+    """``RayUpdater.defer_pushes`` (``run.overlap`` on Ray): nothing is pushed; the groups train as without it, one
+    after the other on shared bundles, all started before any is awaited on bundles of their own."""
+    from drmas_train.distributed.updater import RayUpdater
+
+    groups = {"a": make_group("a"), "b": make_group("b")}
+    cfg = load_config(None, [f"distributed.colocate={str(colocate).lower()}"])
+    calls = []
+    for mid, group in groups.items():
+        start, finish = group.start_update, group.finish_update
+        group.start_update = lambda *a, _m=mid, _f=start, **k: (calls.append(f"start {_m}"), _f(*a, **k))[1]
+        group.finish_update = lambda *a, _m=mid, _f=finish, **k: (calls.append(f"finish {_m}"), _f(*a, **k))[1]
+    settings = UpdateSettings.from_config(cfg.algorithm, cfg.optim, temperature=cfg.rollout.temperature)
+    updater = RayUpdater(settings, cfg.distributed, None, groups, None)
+    updater.defer_pushes = True
+    EVENTS.clear()
+    metrics = updater.update([SimpleNamespace(model_id=m) for m in "aab"], np.zeros(3), 0)
+    assert {k: v for k, v in metrics.items() if k.startswith("loss/")} == {"loss/a/loss": 0.5, "loss/b/loss": 0.5}
+    # no push (no wake-up, no load); these fakes are vLLM engines, which each group's start_update puts to sleep
+    # (run.overlap refuses vLLM engines; an HF engine's sleep does nothing)
+    assert EVENTS == [("sleep", 1), ("update", "a", 2), ("sleep", 1), ("update", "b", 1)]
+    concurrent = ["start a", "start b", "finish a", "finish b"]
+    assert calls == (["start a", "finish a", "start b", "finish b"] if colocate else concurrent)
+    assert groups["a"].version == groups["b"].version == 0  # the engines keep their weights until a push
