@@ -119,6 +119,7 @@ __all__ = [
     "get_estimator",
     "needs_greedy_baseline",
     "needs_critic",
+    "BATCH_WHITENED",
     "group_index",
     "group_stats",
     "normalize_in_groups",
@@ -258,6 +259,11 @@ def needs_greedy_baseline(name: str) -> bool:
         ValueError: unknown name (as :func:`get_estimator`).
     """
     return "baseline" in inspect.signature(get_estimator(name)).parameters
+
+
+#: estimators whose advantages are whitened over the whole batch (every agent's, so every model's, calls): their
+#: statistics depend on which models' samples share the batch
+BATCH_WHITENED = ("reinforce_pp", "reinforce_pp_baseline")
 
 
 def needs_critic(name: str) -> bool:

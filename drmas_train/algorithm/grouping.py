@@ -24,10 +24,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GROUPINGS", "Units", "check_grouping", "group_index", "group_key", "group_stats", "units"]
+__all__ = ["GROUPINGS", "POOLED_GROUPINGS", "Units", "check_grouping", "group_index", "group_key", "group_stats", "units"]
 
 #: accepted ``grouping`` values (see the module doc).
 GROUPINGS = ("prompt", "prompt_call", "prompt_agent", "prompt_agent_turn")
+
+#: groupings whose statistics pool the agents of a prompt group, so possibly of several models.
+POOLED_GROUPINGS = ("prompt", "prompt_call")
 
 
 def check_grouping(grouping: str | None, default: str) -> str:

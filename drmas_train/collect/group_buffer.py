@@ -59,6 +59,9 @@ class ModelCounts:
     released_samples: int = 0
     dropped_groups: int = 0
     dropped_samples: int = 0
+    skipped_groups: int = 0
+    """groups within the bound passed over while the model's trainer was busy (:meth:`GroupBuffer.skip`)."""
+    skipped_samples: int = 0
 
 
 @dataclass
@@ -214,8 +217,34 @@ class GroupBuffer:
                     )
                 self._cond.wait(left)
 
+    def skip(self, model_id: str, version: int, keep: int) -> int:
+        """Pass over all but the newest ``keep`` complete groups of ``model_id`` within its bound (the stale ones
+        dropped first, as :meth:`try_get`): what per-model pacing does for a model whose update is still running,
+        so that its backlog stays one batch and its next update takes the freshest groups. Counted as
+        ``skipped_groups`` / ``skipped_samples`` (and reported to ``on_drop``).
+
+        Returns:
+            the number of groups skipped.
+
+        Raises:
+            KeyError, ValueError, BufferClosed: as :meth:`try_get` (``keep`` >= 1).
+        """
+        with self._cond:
+            self._drop_stale(model_id, version, keep)
+            ready, counts, n = self._ready[model_id], self._counts[model_id], 0
+            while len(ready) > keep:
+                uid, _ = ready.popitem(last=False)
+                part = self._groups[uid].samples[model_id]
+                counts.skipped_groups += 1
+                counts.skipped_samples += len(part)
+                if self._on_drop is not None:
+                    self._on_drop(model_id, uid, list(part), version)
+                self._done(uid, model_id)
+                n += 1
+            return n
+
     def counts(self) -> dict[str, ModelCounts]:
-        """Per model: groups and samples released and dropped so far (copies)."""
+        """Per model: groups and samples released, dropped and skipped so far (copies)."""
         with self._cond:
             return {m: ModelCounts(**vars(c)) for m, c in self._counts.items()}
 

@@ -261,12 +261,48 @@ class RayUpdater:
                 self._finish(model_id, None)
         return {**metrics, **self._fault_metrics()}
 
-    def _fault_metrics(self) -> dict[str, float]:
-        """Per model, the faults of its engines: ``dist/<m>/generation_restarts`` (so far in the run) and
-        ``dist/<m>/reissued_calls`` (since the last call)."""
+    # -- per-model pacing (run.pacing: per_model): one model's update at a time, polled ------------------------------
+    def start_model(self, model_id: str, samples: list[Any], adv: np.ndarray, seed: int) -> list[Any]:
+        """Submit the update of ``model_id`` on ``samples`` (its own, ``adv`` row-aligned) to its ranks without
+        waiting: the ranks' refs, for :meth:`finished` and :meth:`finish_model`. ``distributed.colocate: false``
+        only (groups on bundles of their own; the config refuses per-model pacing otherwise).
+
+        Raises:
+            DistributedError: a training rank is gone.
+        """
+        with self._on_ranks(model_id) as group:
+            return group.start_update(samples, adv, seed, self.settings)
+
+    @staticmethod
+    def finished(refs: list[Any]) -> bool:
+        """Whether every rank of a :meth:`start_model` is done (never waits)."""
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        return len(ready) == len(refs)
+
+    @staticmethod
+    def wait_any(pending: list[list[Any]]) -> None:
+        """Block until at least one of the :meth:`start_model` calls ``pending`` is done on all of its ranks."""
+        while pending and not any(RayUpdater.finished(refs) for refs in pending):
+            ray.wait([r for refs in pending for r in refs if not RayUpdater.finished([r])], num_returns=1)
+
+    def finish_model(self, model_id: str, refs: list[Any]) -> dict[str, float]:
+        """Wait for a :meth:`start_model` and push its weights to the model's engines (unless :attr:`defer_pushes`).
+
+        Returns:
+            as :meth:`update`, for this model (its ``loss/<model_id>/...``, ``dist/<model_id>/...``).
+
+        Raises:
+            DistributedError: a training rank died (see :meth:`recover`).
+        """
+        metrics = self._finish(model_id, refs, publish=not self.defer_pushes)
+        return {**metrics, **self._fault_metrics([model_id])}
+
+    def _fault_metrics(self, model_ids: list[str] | None = None) -> dict[str, float]:
+        """Per model (of ``model_ids``, default all), the faults of its engines: ``dist/<m>/generation_restarts`` (so
+        far in the run) and ``dist/<m>/reissued_calls`` (since the last call for it)."""
         metrics = {}
-        for model_id, group in self.groups.items():
-            engines = group.engines
+        for model_id in model_ids or list(self.groups):
+            engines = self.groups[model_id].engines
             metrics[f"dist/{model_id}/generation_restarts"] = float(engines.restarts)
             metrics[f"dist/{model_id}/reissued_calls"] = float(engines.reissued_calls - self._reissued.get(model_id, 0))
             self._reissued[model_id] = engines.reissued_calls

@@ -26,8 +26,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from drmas_train.algorithm.advantages import needs_greedy_baseline
+from drmas_train.algorithm.advantages import (
+    BATCH_WHITENED,
+    DEFAULT_GROUPING,
+    needs_critic,
+    needs_greedy_baseline,
+)
 from drmas_train.algorithm.config import AlgorithmConfig, CriticConfig, OptimConfig
+from drmas_train.algorithm.grouping import GROUPINGS, POOLED_GROUPINGS
 from drmas_train.backends.base import LOCAL_BACKENDS
 from drmas_train.collect.config import RolloutConfig
 from drmas_train.distributed.config import DistributedConfig
@@ -39,6 +45,8 @@ from drmas_train.model.config import LoraConfig, ModelConfig
 
 #: ``run.mode``: the synchronous loop (default) or the asynchronous one (docs/async.md).
 RUN_MODES = ("sync", "async")
+#: ``run.pacing``: every model updated at every step of the asynchronous loop, or each model at its own pace.
+PACINGS = ("lockstep", "per_model")
 
 __all__ = [
     "ConfigError",  # drmas_train.errors.ConfigError, re-exported
@@ -129,6 +137,13 @@ class RunConfig:
     updates (default 1, every update; a LoRA base's key covers all of its adapters). A model pushed less often
     generates with older weights, so its samples are staler: its pipeline lags the others'. Single-process path
     only. docs/async.md."""
+    pacing: str = "lockstep"
+    """``run.mode: async`` on Ray: ``lockstep`` (every step waits for every trained model's update) or ``per_model``
+    (a step starts the update of every model that is idle and waits only for the first to finish: a model whose
+    update takes longer skips steps, its engines generate with its older weights meanwhile, and a faster model runs
+    ahead; validation, checkpoints and the last step wait for all). Needs ``distributed.enabled``, ``colocate:
+    false`` (groups on bundles of their own), HF engines and, with several trained models, a per-agent grouping.
+    docs/async.md, "Per-model pacing"."""
     generation_restarts: int = 0
     """``run.overlap: true``: how many times, over this process's run, the generation thread plays a batch again
     after it failed (an ``Exception`` from the rollout: the same tasks and seed, so nothing is lost or doubled)
@@ -351,6 +366,7 @@ def _validate_run_mode(cfg: TrainConfig) -> None:
         require(k <= eta + 1, f"run.push_every.{key}={k} with run.max_staleness={eta}: the model's samples would lag "
                 f"by up to {k - 1} version{'s' if k > 2 else ''}, more than the bound, and every group would be dropped; use "
                 f"run.push_every.{key} <= {eta + 1} or raise run.max_staleness")  # fmt: skip
+    _validate_pacing(cfg)
     if mode != "async":
         require(not cfg.run.overlap, f"run.overlap=true with run.mode={mode!r}: overlap is the asynchronous loop's "
                 "generation thread; set run.mode=async (with run.max_staleness >= 1 for generation to run ahead)")  # fmt: skip
@@ -370,6 +386,34 @@ def _validate_run_mode(cfg: TrainConfig) -> None:
     for key, m in cfg.models.items():
         require(m.backend == "hf", f"models.{key}.backend={m.backend!r} with run.mode=async; accepted: hf (the "
                 "generation side holds its own in-process copy of the weights)")  # fmt: skip
+
+
+def _validate_pacing(cfg: TrainConfig) -> None:
+    """``run.pacing`` and what ``per_model`` needs (docs/async.md, "Per-model pacing")."""
+    pacing = cfg.run.pacing
+    require(pacing in PACINGS, f"run.pacing={pacing!r}; accepted: {', '.join(PACINGS)}")
+    if pacing == "lockstep":
+        return
+    d = cfg.distributed
+    require(cfg.run.mode == "async", f"run.pacing=per_model with run.mode={cfg.run.mode!r}: each model's own pace is "
+            "the asynchronous loop's; set run.mode=async")  # fmt: skip
+    require(d.enabled and not d.colocate, "run.pacing=per_model needs distributed.enabled=true and "
+            "distributed.colocate=false: models whose updates overlap in time train on bundles of their own "
+            f"(got enabled={d.enabled}, colocate={d.colocate})")  # fmt: skip
+    require(d.generation_engine == "hf", "run.pacing=per_model with distributed.generation_engine=vllm: a vLLM engine "
+            "sleeps while its ranks train, so its model could not generate during its update; use "
+            "distributed.generation_engine=hf")  # fmt: skip
+    require(not needs_critic(cfg.algorithm.estimator), f"run.pacing=per_model with algorithm.estimator="
+            f"{cfg.algorithm.estimator!r}: the critics' update is one step for all models; use run.pacing=lockstep")  # fmt: skip
+    trained = [k for k, m in cfg.models.items() if m.trainable]
+    grouping = cfg.algorithm.grouping or DEFAULT_GROUPING.get(cfg.algorithm.estimator)
+    require(len(trained) < 2 or grouping not in POOLED_GROUPINGS, f"run.pacing=per_model with grouping {grouping!r} "
+            f"and {len(trained)} trained models: its statistics pool the agents of several models, whose parts of a "
+            f"group would be consumed at different steps; accepted: a per-agent grouping "
+            f"({', '.join(g for g in GROUPINGS if g not in POOLED_GROUPINGS)})")  # fmt: skip
+    require(len(trained) < 2 or cfg.algorithm.estimator not in BATCH_WHITENED, f"run.pacing=per_model with "
+            f"algorithm.estimator={cfg.algorithm.estimator!r} and {len(trained)} trained models: it whitens over the "
+            "whole batch, whose models would differ from step to step; use another estimator or run.pacing=lockstep")  # fmt: skip
 
 
 def _validate_distributed_run(cfg: TrainConfig) -> None:

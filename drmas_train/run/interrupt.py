@@ -57,6 +57,11 @@ class SigintGuard:
         logger.warning("Ctrl-C: finishing %s, then saving a checkpoint (Ctrl-C again to abort without saving)",
                        self._what)  # fmt: skip
 
+    @property
+    def requested(self) -> bool:
+        """Whether a Ctrl-C arrived while held (it raises at :meth:`release`)."""
+        return self._received
+
     def attach(self, run: Any) -> None:
         """Start tracking ``run`` (a :class:`~drmas_train.run.trainer.RunState`) at its start iteration."""
         self.run, self.done = run, run.start_iteration

@@ -549,10 +549,14 @@ def _iteration_seed(cfg: TrainConfig, it: int) -> int:
     return cfg.seed * 1_000_003 + it
 
 
-def _learn(run: RunState, it: int, consumed: list[Any], greedy: Any, seed: int, metrics: dict[str, float]) -> None:
+def _learn(run: RunState, it: int, consumed: list[Any], greedy: Any, seed: int, metrics: dict[str, float], *,
+           in_flight: Any = None) -> None:  # fmt: skip
     """One iteration's learning on the samples it consumes: the reference's padding, the reward terms and
     advantages (critics updated), then one PPO update per trained model (after the critic's warm-up) and its
     version advanced. Adds the metrics to ``metrics``; shared by the synchronous and asynchronous loops.
+
+    With ``in_flight`` (:class:`~drmas_train.run.pacing.InFlightUpdates`, ``run.pacing: per_model``) the updates
+    are only started: their metrics and the versions come when each finishes.
 
     Raises:
         DistributedError: a training rank died (the Ray updater).
@@ -565,11 +569,19 @@ def _learn(run: RunState, it: int, consumed: list[Any], greedy: Any, seed: int, 
     metrics["rollout/padding_samples"] = float(len(samples) - n)
     if it >= cfg.critic.warmup_iterations or not run.updater.critic_keys:
         metrics.update(staleness_metrics(samples, run.versions))  # versions of the update's start: π_prox
+        if in_flight is not None:
+            in_flight.start(samples, adv, seed, it)
+            return
         metrics.update(_update_models(run, samples, adv, seed))
         run.versions.advance({s.model_id for s in samples} & set(run.updater.model_ids))
     else:  # the critic's warm-up: the policy waits
         run.updater.resume_generation()
     metrics.update(run.versions.metrics())
+
+
+def _save_due(cfg: TrainConfig, it: int) -> bool:
+    """Whether iteration ``it`` (0-based) ends with a checkpoint (``run.save_every``, and always the last one)."""
+    return (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations
 
 
 def _validation_due(cfg: TrainConfig, it: int) -> bool:
@@ -599,12 +611,9 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: An
     logger.info("%s", _summary_line(it + 1, metrics))
     if any(k.startswith("val/avg@") for k in metrics):
         logger.info("%s", _validation_line(it + 1, metrics))
-    if (cfg.run.save_every > 0 and (it + 1) % cfg.run.save_every == 0) or it + 1 == cfg.run.iterations:
+    if _save_due(cfg, it):
         _save(run, it + 1)
 
-
-#: groupings whose statistics pool the agents of a prompt group, so possibly of several models (algorithm/grouping.py)
-POOLED_GROUPINGS = ("prompt", "prompt_call")
 
 #: the asynchronous loop's bound on the batches generated for one step beyond its run-ahead; a model whose every
 #: group is still beyond its staleness bound after this many stops the run with an error naming it
@@ -631,6 +640,12 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
     versions), and the trainer publishes the new weights to the generation side (``run.push_every``: the per-model
     push schedule, every update by default; a model pushed less often lags).
 
+    With ``run.pacing: per_model`` (Ray, groups on bundles of their own; :mod:`drmas_train.run.pacing`) a step takes
+    groups only for the models whose update is not running (a running one's backlog is trimmed to one batch,
+    :meth:`~drmas_train.collect.group_buffer.GroupBuffer.skip`), starts their updates and waits only for the first
+    running update to finish (for all of them when the step validates or checkpoints, is the last, or a Ctrl-C
+    arrived): each model's version advances at its own pace (:func:`_finish_paced`).
+
     With η = 0 every step consumes exactly the batch generated with its own weights: the synchronous loop, bit for
     bit, in both modes. With η > 0 step t may consume samples up to η versions old, corrected by the decoupled
     objective when ``algorithm.behaviour_weight_cap`` is set.
@@ -652,6 +667,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
             ``run.generation_restarts`` allows, or while putting a batch; its error is the cause.
     """
     from drmas_train.algorithm.advantages import DEFAULT_GROUPING
+    from drmas_train.algorithm.grouping import POOLED_GROUPINGS
     from drmas_train.backends.base import SamplingParams
     from drmas_train.backends.factory import make_backend
     from drmas_train.collect.group_buffer import GroupBuffer
@@ -661,6 +677,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
     from drmas_train.run.async_generation import EngineSide, GenerationSide, read_async_state
     from drmas_train.run.async_producer import BatchProducer
     from drmas_train.run.checkpoint import latest_checkpoint
+    from drmas_train.run.pacing import InFlightUpdates
 
     cfg, r = run.cfg, run.cfg.rollout
     eta = cfg.run.max_staleness
@@ -715,6 +732,8 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
 
     buffer, producer = start(run.start_iteration)
     last = cfg.run.iterations - 1
+    in_flight = InFlightUpdates(run.updater) if cfg.run.pacing == "per_model" else None
+    updates = dict.fromkeys(trained, 0)  # per-model pacing: updates finished per model in this process
 
     def ahead(t: int) -> int:  # the last batch step t may need; the generation thread plays none no step will take
         return min(t + eta, last) if overlap else t + eta
@@ -729,6 +748,9 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
             producer.allow(ahead(it))  # run ahead as far as the bound lets the samples be used
             taken: dict[str, list[list[Any]]] = {}
             for mid in trained:
+                if in_flight is not None and in_flight.busy(mid):  # its update runs: its part of the groups waits,
+                    buffer.skip(mid, run.versions[mid], r.batch_size)  # one batch of them at most (the freshest)
+                    continue
                 groups = producer.take(mid, run.versions[mid], r.batch_size)
                 if groups is not None:  # None: no agent of this model acted in any episode yet: not updated, as in sync
                     taken[mid] = groups
@@ -741,16 +763,25 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
             metrics: dict[str, float] = {}
             versions_before = run.versions.state_dict()
             try:
-                _learn(run, it, consumed, None, seed, metrics)
+                if in_flight is None:
+                    _learn(run, it, consumed, None, seed, metrics)
+                    updated = {m for m in trained if run.versions[m] != versions_before[m]}
+                else:  # per-model pacing: start the idle models' updates, wait for the first (all at a barrier)
+                    if consumed:
+                        _learn(run, it, consumed, None, seed, metrics, in_flight=in_flight)
+                    barrier = _save_due(cfg, it) or _validation_due(cfg, it) or guard.requested
+                    updated = _finish_paced(run, in_flight, it, "all" if barrier else "any", metrics, updates)
             except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
                 producer.close()  # a generation thread finishes its batch: nothing else uses the engines meanwhile
+                if in_flight is not None:  # nothing may write the weights while the checkpoint's are loaded
+                    in_flight.abandon()
                 it = _rewind(run, err)  # the weights, sampler, versions and metrics log of the checkpoint
                 buffer, producer = start(it)  # and its buffer: its groups are consumed again, none lost or doubled
                 logger.warning("training rank lost: %s; restarted from checkpoint iteration %d", err, it)
                 bar.n = it
                 guard.release(it)
                 continue
-            producer.publish(run.versions, {m for m in trained if run.versions[m] != versions_before[m]})
+            producer.publish(run.versions, updated)
             if overlap and it < last:  # the next step's batches may be played while this one validates and checkpoints
                 producer.allow(ahead(it + 1))
             played, timings = producer.step_stats()
@@ -761,6 +792,9 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
             for mid in trained:
                 metrics[f"async/{mid}/dropped_groups"] = float(counts[mid].dropped_groups)
                 metrics[f"async/{mid}/dropped_samples"] = float(counts[mid].dropped_samples)
+                if in_flight is not None:
+                    metrics[f"async/{mid}/skipped_groups"] = float(counts[mid].skipped_groups)
+                    metrics[f"async/{mid}/skipped_samples"] = float(counts[mid].skipped_samples)
             metrics.update(gen.metrics())
             run.async_snapshot = producer.snapshot(run.versions)
             # on Ray the validation generates with the engines: hold the generation thread off them, at the
@@ -772,8 +806,58 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
             bar.update(1)
             guard.release(it)
         finished = True
+    except KeyboardInterrupt:
+        # a first Ctrl-C during a rollout: the interrupt's checkpoint holds no half update (a second one aborts)
+        if in_flight is not None and in_flight.running and not guard.requested:
+            _drain_on_interrupt(run, in_flight, producer, gen)
+        raise
     finally:
         producer.close(wait=finished)
+
+
+def _finish_paced(run: RunState, in_flight: Any, it: int, wait: str, metrics: dict[str, float],
+                  updates: dict[str, int]) -> set[str]:  # fmt: skip
+    """Per-model pacing (``run.pacing: per_model``): collect the updates done after ``wait``
+    (:meth:`~drmas_train.run.pacing.InFlightUpdates.collect`), advance their models' versions, and add to
+    ``metrics`` their update metrics, the versions and per trained model ``pacing/<m>/updated`` (1: an update of it
+    finished in this step), ``pacing/<m>/in_flight`` (1: its update still runs after the step),
+    ``pacing/<m>/updates`` (finished in this process so far; ``updates`` is updated) and, for each finished one,
+    ``pacing/<m>/update_s`` (its wall-clock seconds, start to collection) and ``pacing/<m>/update_steps`` (steps it
+    spanned: 1 = started and finished in this step).
+
+    Returns:
+        the models whose versions advanced.
+
+    Raises:
+        DistributedError: a training rank died.
+    """
+    done = in_flight.collect(wait)
+    now = time.perf_counter()
+    for mid, (update_metrics, flight) in done.items():
+        metrics.update(update_metrics)
+        updates[mid] += 1
+        metrics[f"pacing/{mid}/update_s"] = now - flight.started
+        metrics[f"pacing/{mid}/update_steps"] = float(it - flight.step + 1)
+    run.versions.advance(set(done))
+    for mid in updates:
+        metrics[f"pacing/{mid}/updated"] = float(mid in done)
+        metrics[f"pacing/{mid}/in_flight"] = float(in_flight.busy(mid))
+        metrics[f"pacing/{mid}/updates"] = float(updates[mid])
+    metrics.update(run.versions.metrics())
+    return set(done)
+
+
+def _drain_on_interrupt(run: RunState, in_flight: Any, producer: Any, gen: Any) -> None:
+    """Ctrl-C with per-model updates in flight: let them finish (a second Ctrl-C aborts), advance their versions
+    and publish their weights, so the interrupt's checkpoint (of the last completed step, whose snapshot already
+    lacks the groups they consumed) holds every update it says it holds; their metrics are not logged."""
+    logger.warning("Ctrl-C: waiting for the updates of %s to finish before the checkpoint (Ctrl-C again to abort)",
+                   ", ".join(sorted(in_flight.running)))  # fmt: skip
+    done = in_flight.collect("all")
+    run.versions.advance(set(done))
+    producer.publish(run.versions, set(done))
+    if run.async_snapshot is not None:  # the engines hold (or have staged) the trainer's weights now
+        run.async_snapshot = {**run.async_snapshot, "side": gen.frozen(run.versions)}
 
 
 def plot_title(cfg: TrainConfig) -> str:

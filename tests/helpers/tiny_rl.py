@@ -86,6 +86,26 @@ def tiny_loader(spec, model_id):
     return LoadedModel(model_id, model, tok, spec)
 
 
+#: seconds that every forward pass with gradients of model ``m2`` sleeps under :func:`slow_m2_loader`
+SLOW_M2_FORWARD_S = 3.0
+
+
+def _sleep_when_training(module, args):
+    if torch.is_grad_enabled():
+        import time
+
+        time.sleep(SLOW_M2_FORWARD_S)
+
+
+def slow_m2_loader(spec, model_id):
+    """:func:`tiny_loader`, whose model ``m2`` sleeps :data:`SLOW_M2_FORWARD_S` in every forward pass with gradients
+    (its PPO updates, not its generation): a slow model beside a fast one, in any process that loads it."""
+    loaded = tiny_loader(spec, model_id)
+    if model_id == "m2":
+        loaded.model.register_forward_pre_hook(_sleep_when_training)
+    return loaded
+
+
 def tiny_config(run_dir, *overrides: str):
     """A quick config for the tiny env: 2 tasks x G=8 per iteration, 4-token replies, lr 3e-3, no TensorBoard, and
     drmas's loss layout (no padding, one token mean per shuffled mini-batch), whose objective does not depend on the

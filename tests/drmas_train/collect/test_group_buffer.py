@@ -81,6 +81,31 @@ def test_stale_groups_are_dropped_whole_and_counted():
     assert buf.held_groups() == 0
 
 
+def test_skip_keeps_the_newest_groups_of_a_busy_model_after_dropping_the_stale_ones():
+    """Per-model pacing's backlog rule: the stale groups are dropped (as by a get), then all but the newest ``keep``
+    complete ones skipped; the other model's parts stay, and a group's slot frees once every model is done with it."""
+    seen = []
+    buf = GroupBuffer(2, {"m": 1, "r": None}, 8, on_drop=lambda m, uid, part, v: seen.append((m, uid, v)))
+    for k, (uid, version) in enumerate([("u0", 0), ("u1", 2), ("u2", 2), ("u3", 3)]):
+        for j in range(2):
+            buf.put(uid, f"t{k}{j}", [_s(uid, f"t{k}{j}", "m", version), _s(uid, f"t{k}{j}", "r", agent="b")])
+    assert buf.skip("m", 3, keep=1) == 2  # u0 is 3 versions behind: dropped; u1, u2 skipped; u3 kept
+    c = buf.counts()["m"]
+    assert (c.dropped_groups, c.dropped_samples, c.skipped_groups, c.skipped_samples) == (1, 2, 2, 4)
+    assert seen == [("m", "u0", 3), ("m", "u1", 3), ("m", "u2", 3)]
+    assert [g[0].uid for g in buf.try_get("m", 3, 5)] == ["u3"]
+    assert buf.held_groups() == 4  # r has not taken its parts
+    assert [g[0].uid for g in buf.try_get("r", 0, 5)] == ["u0", "u1", "u2", "u3"]
+    assert buf.held_groups() == 0
+    assert buf.skip("m", 3, keep=1) == 0
+    with pytest.raises(ValueError, match="must be >= 1, got 0"):
+        buf.skip("m", 3, keep=0)
+    state = buf.state_dict()
+    restored = GroupBuffer(2, {"m": 1, "r": None}, 8)
+    restored.load_state_dict(state)
+    assert restored.counts() == buf.counts()
+
+
 def test_capacity_back_pressure_never_blocks_an_open_group():
     buf = GroupBuffer(2, {"m": None}, capacity=1)
     buf.put("a", "a0", [_s("a", "a0", "m")])
@@ -316,6 +341,7 @@ def test_state_round_trip_continues_as_the_original():
     )  # "old" dropped (2 behind), "u", "open" taken
     assert vars(restored.counts()["m"]) == vars(original.counts()["m"]) == {
         "released_groups": 2, "released_samples": 4, "dropped_groups": 1, "dropped_samples": 2,
+        "skipped_groups": 0, "skipped_samples": 0,
     }  # fmt: skip
     with pytest.raises(ValueError, match="episode 'open/1' is one too many|already had its 2 episodes"):
         restored.put("open", "open/1", [])

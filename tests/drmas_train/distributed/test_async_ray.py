@@ -3,6 +3,8 @@ the interleaved schedule (``run.overlap: false``), the worker groups' generation
 
 * η = 0 is the synchronous Ray run: every per-iteration metric of the rollout, advantages and update, every
   consumed sample and every checkpointed weight, even with a generation worker killed (SIGKILL) mid-rollout.
+* ``run.pacing: per_model`` (groups on bundles of their own): with a barrier at every step (validation) and η = 0
+  it is the synchronous run too; with m2's updates made slow, m runs ahead of it within the bound.
 * η = 1: no update consumes a sample more than one version old, and a training rank killed (SIGKILL) in an update
   rewinds the run to its last checkpoint, buffer included: the groups consumed over the run are the uninterrupted
   run's, none lost, none consumed twice, and so are the final weights.
@@ -22,7 +24,7 @@ from drmas_train.collect.rollout import load_samples
 from drmas_train.distributed.backend import RayBackend
 from drmas_train.run.metrics_log import read_metrics
 from drmas_train.run.trainer import train
-from helpers.tiny_rl import assert_whole_groups, checkpoint_weights, tiny_config, tiny_loader
+from helpers.tiny_rl import assert_whole_groups, checkpoint_weights, slow_m2_loader, tiny_config, tiny_loader
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 
@@ -184,3 +186,50 @@ def test_overlap_on_ray_plays_while_the_ranks_train_within_the_bound(ray_cluster
         trajs = {s.traj_uid for s in samples}
         assert not trajs & seen  # no episode twice
         seen |= trajs
+
+
+PER_MODEL = ("run.pacing=per_model", "distributed.colocate=false")  # after TWO_MODELS: its colocate=true is replaced
+
+
+def test_per_model_pacing_with_a_barrier_at_every_step_is_the_sync_run(sync_run, tmp_path):
+    """Every step validates, so every step waits for both updates: at η = 0 the per-model path (updates started and
+    collected one model at a time, on bundles of their own) computes exactly the synchronous run."""
+    paced_dir = tmp_path / "paced"
+    summary = train(tiny_config(paced_dir, *TWO_MODELS, *VALIDATE, *ASYNC, *PER_MODEL, "run.iterations=2",
+                                "run.max_staleness=0"), loader=tiny_loader)  # fmt: skip
+    assert summary["iterations"] == 2
+    _assert_same_run(sync_run, paced_dir, 2)
+    rows = read_metrics(paced_dir / "metrics.jsonl")
+    assert [(r["pacing/m/updated"], r["pacing/m2/updated"], r["pacing/m2/in_flight"]) for r in rows] == [(1, 1, 0)] * 2
+
+
+def test_per_model_pacing_lets_the_fast_model_run_ahead_of_a_slow_one_within_the_bound(ray_cluster, tmp_path):
+    """m2's updates sleep 3 s per forward pass with gradients (``slow_m2_loader``; an entropy term, so that
+    no update skips a sample of zero advantage); η = 1, 4 steps, no validation.
+    Step 1 waits for m only, so m2's update spans steps: m updates more often than m2, every version counter equals
+    its model's finished updates, no consumed sample is more than η versions old, and the last step (a barrier)
+    leaves nothing running; the checkpoint records the versions."""
+    run_dir = tmp_path / "run"
+    train(tiny_config(run_dir, *TWO_MODELS, *ASYNC, *PER_MODEL, "run.iterations=4", "run.max_staleness=1",
+                      "algorithm.entropy_coef=0.0001"), loader=slow_m2_loader)  # no sample skipped: a forward pass
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    updated = {m: [r[f"pacing/{m}/updated"] for r in rows] for m in ("m", "m2")}
+    assert rows[0]["pacing/m2/in_flight"] == 1 and rows[0]["pacing/m/updated"] == 1  # step 1 waited for m alone
+    assert sum(updated["m"]) > sum(updated["m2"]) >= 1
+    for r in rows:
+        assert r["version/m"] == r["pacing/m/updates"] and r["version/m2"] == r["pacing/m2/updates"]
+        assert all(r[k] <= 1 for k in r if k.startswith("staleness/") and k.endswith("/max"))
+        assert "async/m2/skipped_groups" in r
+    assert rows[-1]["pacing/m/in_flight"] == rows[-1]["pacing/m2/in_flight"] == 0  # the last step is a barrier
+    assert rows[-1]["pacing/m2/update_steps"] >= 1
+    seen: set[str] = set()
+    for it in range(1, 5):  # what each step consumed: whole groups, no episode twice
+        samples = _samples(run_dir, it)
+        models = sorted({s.model_id for s in samples})
+        assert_whole_groups(samples, models, n_groups=2, group_size=4)
+        trajs = {(s.traj_uid, s.model_id) for s in samples}
+        assert not trajs & seen
+        seen |= trajs
+    state = torch.load(run_dir / "checkpoints" / "iter_000004" / "trainer_state.pt", weights_only=True)
+    assert state["extra"]["policy_versions"] == {"m": rows[-1]["version/m"], "m2": rows[-1]["version/m2"]}

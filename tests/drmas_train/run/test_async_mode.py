@@ -139,11 +139,31 @@ def test_generation_side_holds_its_own_weights_until_a_push():
         (("run.mode=async", "run.max_staleness=1", "run.push_every.m=2", "distributed.enabled=true"),
          r"run.push_every with distributed.enabled=true: on the Ray path the validation generates with the engines"),
         (("run.mode=async", "algorithm.estimator=remax"), r"run.mode=async with algorithm.estimator='remax'"),
+        (("run.pacing=ahead",), r"run.pacing='ahead'; accepted: lockstep, per_model"),
+        (("run.pacing=per_model", "distributed.enabled=true", "distributed.colocate=false"), r"run.pacing=per_model with run.mode='sync'"),
+        (("run.mode=async", "run.pacing=per_model",), r"run.pacing=per_model needs distributed.enabled=true and distributed.colocate=false"),
+        (("run.mode=async", "run.pacing=per_model", "distributed.enabled=true"), r"\(got enabled=True, colocate=True\)"),
+        (("run.mode=async", "run.pacing=per_model", "distributed.enabled=true", "distributed.colocate=false", "distributed.generation_engine=vllm", "distributed.vllm_allow_cpu=true"),
+         r"run.pacing=per_model with distributed.generation_engine=vllm"),
+        (("run.mode=async", "run.pacing=per_model", "distributed.enabled=true", "distributed.colocate=false", "algorithm.estimator=gae"), r"run.pacing=per_model with algorithm.estimator='gae'"),
+        (("run.mode=async", "run.pacing=per_model", "distributed.enabled=true", "distributed.colocate=false", "models.m2.name_or_path=tiny", "agents.b=m2", "algorithm.estimator=grpo"),
+         r"run.pacing=per_model with grouping 'prompt' and 2 trained models: .* accepted: a per-agent grouping "
+         r"\(prompt_agent, prompt_agent_turn\)"),
+        (("run.mode=async", "run.pacing=per_model", "distributed.enabled=true", "distributed.colocate=false", "models.m2.name_or_path=tiny", "agents.b=m2", "algorithm.estimator=reinforce_pp_baseline", "algorithm.grouping=prompt_agent"),
+         r"algorithm.estimator='reinforce_pp_baseline' and 2 trained models: it whitens over the whole batch"),
     ],
 )  # fmt: skip
 def test_what_async_mode_refuses_names_the_key(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message):
         validate_config(tiny_config(tmp_path / "run", *overrides))
+
+
+def test_per_model_pacing_is_accepted_with_what_it_needs(tmp_path):
+    """One trained model with any estimator, several with a per-agent grouping (the Dr. MAS default)."""
+    for extra in ((), ("models.m2.name_or_path=tiny", "agents.b=m2",), ("models.m2.name_or_path=tiny", "agents.b=m2", "algorithm.estimator=rloo", "algorithm.grouping=prompt_agent_turn")):
+        cfg = tiny_config(tmp_path / "run", "run.mode=async", "run.pacing=per_model", "distributed.enabled=true", "distributed.colocate=false", *extra)
+        assert cfg.run.pacing == "per_model"
+    assert tiny_config(tmp_path / "run", "run.mode=async", "run.pacing=per_model", "distributed.enabled=true", "distributed.colocate=false", "algorithm.estimator=grpo").run.pacing == "per_model"
 
 
 def test_async_resume_continues_exactly(tmp_path, monkeypatch):
