@@ -4,7 +4,7 @@ the interleaved schedule (``run.overlap: false``), the worker groups' generation
 * η = 0 is the synchronous Ray run: every per-iteration metric of the rollout, advantages and update, every
   consumed sample and every checkpointed weight, even with a generation worker killed (SIGKILL) mid-rollout.
 * ``run.pacing: per_model`` (groups on bundles of their own): with a barrier at every step (validation) and η = 0
-  it is the synchronous run too; with m2's updates made slow, m runs ahead of it within the bound.
+  it is the synchronous run too, also resumed from its checkpoint; with m2's updates made slow, m runs ahead of it within the bound.
 * η = 1: no update consumes a sample more than one version old, and a training rank killed (SIGKILL) in an update
   rewinds the run to its last checkpoint, buffer included: the groups consumed over the run are the uninterrupted
   run's, none lost, none consumed twice, and so are the final weights.
@@ -201,6 +201,18 @@ def test_per_model_pacing_with_a_barrier_at_every_step_is_the_sync_run(sync_run,
     _assert_same_run(sync_run, paced_dir, 2)
     rows = read_metrics(paced_dir / "metrics.jsonl")
     assert [(r["pacing/m/updated"], r["pacing/m2/updated"], r["pacing/m2/in_flight"]) for r in rows] == [(1, 1, 0)] * 2
+
+
+def test_per_model_pacing_resumed_from_its_checkpoint_is_the_sync_run(sync_run, tmp_path):
+    """1 step, then ``--resume`` to 2 (a barrier at every step, η = 0): the checkpoint of a per-model run on Ray holds
+    what the uninterrupted run had (weights, versions, buffer, sampler), so the two processes together are the
+    synchronous run."""
+    run_dir = tmp_path / "resumed"
+    common = (*TWO_MODELS, *VALIDATE, *ASYNC, *PER_MODEL, "run.max_staleness=0")
+    train(tiny_config(run_dir, *common, "run.iterations=1"), loader=tiny_loader)
+    summary = train(tiny_config(run_dir, *common, "run.iterations=2"), resume=True, loader=tiny_loader)
+    assert summary["iterations"] == 2
+    _assert_same_run(sync_run, run_dir, 2)
 
 
 def test_per_model_pacing_lets_the_fast_model_run_ahead_of_a_slow_one_within_the_bound(ray_cluster, tmp_path):
