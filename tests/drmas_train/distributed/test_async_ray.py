@@ -245,3 +245,46 @@ def test_per_model_pacing_lets_the_fast_model_run_ahead_of_a_slow_one_within_the
         seen |= trajs
     state = torch.load(run_dir / "checkpoints" / "iter_000004" / "trainer_state.pt", weights_only=True)
     assert state["extra"]["policy_versions"] == {"m": rows[-1]["version/m"], "m2": rows[-1]["version/m2"]}
+
+
+def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_losing_and_doubling_no_group(
+        ray_cluster, tmp_path, monkeypatch):  # fmt: skip
+    """m's training rank is killed just before the 3rd step starts the updates, while m2's (slow) update of that step
+    runs beside it: the running update is awaited and forgotten, the run rewinds to checkpoint 2 with its buffer, and
+    the completed steps consume exactly the uninterrupted run's groups, none twice, with the same final weights.
+    (A checkpoint at every step makes every step a barrier, so both runs have one schedule.)"""
+    import drmas_train.run.pacing as pacing_module
+
+    common = (*TWO_MODELS, *ASYNC, *PER_MODEL, "run.iterations=4", "run.max_staleness=1", "run.save_every=1",
+              "algorithm.entropy_coef=0.0001")  # fmt: skip
+    whole_dir, killed_dir = tmp_path / "whole", tmp_path / "killed"
+    train(tiny_config(whole_dir, *common), loader=slow_m2_loader)
+
+    def ids(samples):
+        return sorted((s.uid, s.traj_uid, s.agent_id, s.turn, s.policy_version) for s in samples)
+
+    start, consumed, abandoned = pacing_module.InFlightUpdates.start, [], []
+    abandon = pacing_module.InFlightUpdates.abandon
+
+    def kill_then_start(self, samples, adv, seed, step):
+        consumed.append(ids(samples))
+        if len(consumed) == 3:
+            os.kill(self.updater.groups["m"].ranks.pids()[0], signal.SIGKILL)
+        return start(self, samples, adv, seed, step)
+
+    def record_abandon(self):
+        abandoned.append(abandon(self))
+        return abandoned[-1]
+
+    monkeypatch.setattr(pacing_module.InFlightUpdates, "start", kill_then_start)
+    monkeypatch.setattr(pacing_module.InFlightUpdates, "abandon", record_abandon)
+    summary = train(tiny_config(killed_dir, *common), loader=slow_m2_loader)
+    assert summary["checkpoint"].endswith("iter_000004")
+    assert abandoned == [["m2"]]  # m2's update of the lost step was running when m's rank was found dead
+    assert len(consumed) == 5 and consumed[2] == consumed[3]  # the lost step's groups, taken again
+    kept = [consumed[i] for i in (0, 1, 3, 4)]
+    every = Counter(x for step in kept for x in step)
+    assert len(every) == sum(len(step) for step in kept) and set(every.values()) == {1}
+    assert kept == [ids(_samples(whole_dir, it)) for it in range(1, 5)]
+    want_w, got_w = checkpoint_weights(whole_dir, 4), checkpoint_weights(killed_dir, 4)
+    assert want_w.keys() == got_w.keys() and all(torch.equal(want_w[k], got_w[k]) for k in want_w)
