@@ -288,3 +288,43 @@ def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_
     assert kept == [ids(_samples(whole_dir, it)) for it in range(1, 5)]
     want_w, got_w = checkpoint_weights(whole_dir, 4), checkpoint_weights(killed_dir, 4)
     assert want_w.keys() == got_w.keys() and all(torch.equal(want_w[k], got_w[k]) for k in want_w)
+
+
+def test_per_model_pacing_ctrl_c_during_a_rollout_lets_the_running_update_land_in_the_checkpoint(
+        ray_cluster, tmp_path, monkeypatch):  # fmt: skip
+    """Ctrl-C (a KeyboardInterrupt in the 3rd step's rollout) while m2's slow update of step 1 still runs: the update
+    is awaited, its version and weights go into the interrupt's checkpoint of step 2 (the engines' versions with
+    them), and ``--resume`` to 4 consumes no episode twice."""
+    from drmas_train.run.async_generation import read_async_state
+    from drmas_train.run.async_producer import BatchProducer
+
+    common = (*TWO_MODELS, *ASYNC, *PER_MODEL, "run.max_staleness=1", "run.save_every=0", "run.save_samples=true",
+              "algorithm.entropy_coef=0.0001")  # fmt: skip
+    run_dir = tmp_path / "run"
+    take, calls = BatchProducer.take, []
+
+    def interrupted_take(self, model_id, version, n_groups):
+        calls.append(model_id)
+        if len(calls) == 4:  # step 1 took for m and m2, step 2 for m alone (m2 busy), step 3 starts: Ctrl-C
+            raise KeyboardInterrupt
+        return take(self, model_id, version, n_groups)
+
+    monkeypatch.setattr(BatchProducer, "take", interrupted_take)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(run_dir, *common, "run.iterations=4"), loader=slow_m2_loader)
+    monkeypatch.setattr(BatchProducer, "take", take)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert calls == ["m", "m2", "m", "m"] and [r["iteration"] for r in rows] == [1, 2]
+    assert rows[1]["pacing/m2/in_flight"] == 1 and rows[1]["version/m2"] == 0  # m2's update ran across step 2
+    ckpt = run_dir / "checkpoints" / "iter_000002"
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    assert state["extra"]["policy_versions"] == {"m": 2, "m2": 1}  # m2's update landed before the save
+    assert read_async_state(ckpt)["held"] == {"m": 2, "m2": 1}  # and the engines hold it
+    train(tiny_config(run_dir, *common, "run.iterations=4"), resume=True, loader=slow_m2_loader)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
+    seen: set[tuple[str, str]] = set()
+    for it in range(1, 5):
+        trajs = {(s.traj_uid, s.model_id) for s in _samples(run_dir, it)}
+        assert not trajs & seen
+        seen |= trajs
