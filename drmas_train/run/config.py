@@ -142,8 +142,8 @@ class RunConfig:
     (a step starts the update of every model that is idle and waits only for the first to finish: a model whose
     update takes longer skips steps, its engines generate with its older weights meanwhile, and a faster model runs
     ahead; validation, checkpoints and the last step wait for all). Needs ``distributed.enabled``, ``colocate:
-    false`` (groups on bundles of their own), HF engines and, with several trained models, a per-agent grouping.
-    docs/async.md, "Per-model pacing"."""
+    false`` (groups on bundles of their own), HF engines, no critic and, with several trained models, a per-agent
+    grouping without batch whitening. docs/async.md, "Per-model pacing"."""
     generation_restarts: int = 0
     """``run.overlap: true``: how many times, over this process's run, the generation thread plays a batch again
     after it failed (an ``Exception`` from the rollout: the same tasks and seed, so nothing is lost or doubled)
