@@ -20,7 +20,8 @@ shared model's gradient, docs/agent-health.md), each agent's advantage RMS
 2602.08847 Prop. 4.3, docs/stability.md), the critic's value loss and explained variance at the first and last
 iteration (``gae``), the final per-task validation scores, wall time of ``train()`` (model load, validations and
 checkpoints included), peak RSS and the 1-minute load average at start and end. A finished run (its ``benchmark_run.json`` for the same preset,
-seed and overrides) is reused, so an interrupted benchmark continues where it stopped (``--rerun`` re-runs).
+seed and overrides) is reused, so an interrupted benchmark continues where it stopped (``--rerun`` re-runs); a
+run stopped after one of its checkpoints (``run.save_every``) continues from it (:func:`resume_point`).
 Checkpoints are deleted after each run (SmolLM2's weights + AdamW state: ~1.6 GB each) unless
 ``--keep-checkpoints``.
 
@@ -277,6 +278,7 @@ def _train_one(job: dict[str, Any]) -> dict[str, Any]:
     os.environ["OMP_NUM_THREADS"] = str(job["threads"])  # before torch loads in this process
     import logging
 
+    from drmas_train.run.checkpoint import checkpoint_iteration
     from drmas_train.run.config import load_config
     from drmas_train.run.trainer import train
 
@@ -290,14 +292,45 @@ def _train_one(job: dict[str, Any]) -> dict[str, Any]:
     for name in ("drmas_train", "drmas_envs"):
         logging.getLogger(name).setLevel(logging.INFO)
     cfg = load_config(job["preset"], job["overrides"])
+    ckpt = resume_point(run_dir, cfg)
+    earlier_s = _checkpoint_elapsed(ckpt) if ckpt is not None else 0.0
     load_start = os.getloadavg()[0]
     t0 = time.perf_counter()
-    train(cfg, overwrite=True)  # an unfinished earlier attempt of this run is replaced
-    wall = time.perf_counter() - t0
+    if ckpt is not None:  # an earlier attempt of this very run stopped after a checkpoint: continue it exactly
+        train(cfg, resume=True)
+    else:
+        train(cfg, overwrite=True)  # an unfinished earlier attempt without a checkpoint of this config is replaced
+    wall = time.perf_counter() - t0 + earlier_s
+    resumed = {"resumed_from": checkpoint_iteration(ckpt)} if ckpt is not None else {}
     record = write_record(job, cfg, wall_time_s=round(wall, 1), load_start=load_start, load_end=os.getloadavg()[0],
-                          peak_rss_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))  # fmt: skip
+                          peak_rss_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+                          **resumed)  # fmt: skip
     handler.close()
     return record
+
+
+def resume_point(run_dir: Path, cfg: Any) -> Path | None:
+    """The checkpoint an unfinished earlier attempt of this run left in ``run_dir`` (its latest, before
+    ``run.iterations``), if its resolved config is this run's exactly (``config.yaml`` = ``to_yaml(cfg)``: same preset, seed, threads, overrides); else
+    None (no checkpoint, or one of another config: that attempt is replaced). ``drmas train --resume`` continues
+    a run exactly (the sampler, RNG and weights of the checkpoint), so a resumed run's record is the uninterrupted
+    run's; its ``wall_time_s`` adds the trainer's time at the checkpoint to this process's (the earlier process's
+    model loading left out) and ``resumed_from`` names the checkpoint's iteration."""
+    from drmas_train.run.checkpoint import checkpoint_iteration, latest_checkpoint
+    from drmas_train.run.config import to_yaml
+
+    ckpt = latest_checkpoint(run_dir / "checkpoints") if (run_dir / "checkpoints").is_dir() else None
+    if ckpt is None or not (ckpt / "config.yaml").is_file() or checkpoint_iteration(ckpt) >= cfg.run.iterations:
+        return None  # nothing to continue (a finished run's, kept by --keep-checkpoints, is trained again: --rerun)
+    return ckpt if (ckpt / "config.yaml").read_text() == to_yaml(cfg) else None
+
+
+def _checkpoint_elapsed(ckpt: Path) -> float:
+    """The trainer's wall-clock seconds at checkpoint ``ckpt`` (``extra.elapsed_s`` of its ``trainer_state.pt``)."""
+    import torch
+
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
+    return float(state["extra"].get("elapsed_s", 0.0))
 
 
 def write_record(job: dict[str, Any], cfg: Any, **measured: Any) -> dict[str, Any]:

@@ -25,6 +25,30 @@ def _module():
     return load_script("benchmarks/learning/estimators.py", "estimators_bench")
 
 
+def test_a_run_stopped_after_a_checkpoint_of_its_own_config_is_resumed_from_it(tmp_path):
+    """``resume_point``: the latest checkpoint of an unfinished attempt with this run's resolved config exactly; none
+    for another config (another seed), for no checkpoint, or for a finished run's kept last checkpoint."""
+    from drmas_train.run.checkpoint import save_checkpoint
+    from drmas_train.run.config import to_yaml
+
+    mod = _module()
+    run_dir = tmp_path / "seed_0"
+    cfg = load_config("quickstart_math_grpo", [f"run.dir={run_dir}", "run.num_threads=1", "seed=0"])
+    other = load_config("quickstart_math_grpo", [f"run.dir={run_dir}", "run.num_threads=1", "seed=1"])
+    assert mod.resume_point(run_dir, cfg) is None  # nothing there
+
+    def save(config, iteration, elapsed):
+        return save_checkpoint(run_dir / "checkpoints", iteration, write_state=lambda folder: None, sampler_state={},
+                               config_yaml=to_yaml(config), extra={"elapsed_s": elapsed}, keep=3)  # fmt: skip
+
+    save(cfg, 4, 321.5)
+    assert mod.resume_point(run_dir, cfg) == run_dir / "checkpoints" / "iter_000004"
+    assert mod._checkpoint_elapsed(run_dir / "checkpoints" / "iter_000004") == 321.5
+    assert mod.resume_point(run_dir, other) is None  # another seed's attempt: replaced, not continued
+    save(cfg, cfg.run.iterations, 700.0)
+    assert mod.resume_point(run_dir, cfg) is None  # a finished run: trained again (--rerun), not resumed
+
+
 def test_the_default_presets_cover_every_estimator_of_the_registry_and_dr_grpo():
     configs = {p: load_config(p).algorithm for p in _module().PRESETS}
     assert {a.estimator for a in configs.values()} == set(ESTIMATORS)
