@@ -4,7 +4,9 @@ the interleaved schedule (``run.overlap: false``), the worker groups' generation
 * η = 0 is the synchronous Ray run: every per-iteration metric of the rollout, advantages and update, every
   consumed sample and every checkpointed weight, even with a generation worker killed (SIGKILL) mid-rollout.
 * ``run.pacing: per_model`` (groups on bundles of their own): with a barrier at every step (validation) and η = 0
-  it is the synchronous run too, also resumed from its checkpoint; with m2's updates made slow, m runs ahead of it within the bound.
+  it is the synchronous run too, also resumed from its checkpoint; with m2's updates made slow, m runs ahead of it
+  within the bound; a rank killed while the other model trains loses and doubles no group; Ctrl-C with an update
+  running puts that update into the interrupt's checkpoint.
 * η = 1: no update consumes a sample more than one version old, and a training rank killed (SIGKILL) in an update
   rewinds the run to its last checkpoint, buffer included: the groups consumed over the run are the uninterrupted
   run's, none lost, none consumed twice, and so are the final weights.
