@@ -115,6 +115,7 @@ __all__ = [
     "AdvantageEstimator",
     "ESTIMATORS",
     "DEFAULT_GROUPING",
+    "effective_grouping",
     "register_estimator",
     "get_estimator",
     "needs_greedy_baseline",
@@ -237,6 +238,12 @@ def register_estimator(
         return fn
 
     return deco
+
+
+def effective_grouping(estimator: str, grouping: str | None) -> str | None:
+    """The grouping a run uses: ``grouping`` (``algorithm.grouping``), else the estimator's default
+    (:data:`DEFAULT_GROUPING`; None for an estimator without groups, or a name not registered)."""
+    return grouping or DEFAULT_GROUPING.get(estimator)
 
 
 def get_estimator(name: str) -> AdvantageEstimator:

@@ -28,7 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from drmas_train.algorithm.advantages import (
     BATCH_WHITENED,
-    DEFAULT_GROUPING,
+    effective_grouping,
     needs_critic,
     needs_greedy_baseline,
 )
@@ -406,7 +406,7 @@ def _validate_pacing(cfg: TrainConfig) -> None:
     require(not needs_critic(cfg.algorithm.estimator), f"run.pacing=per_model with algorithm.estimator="
             f"{cfg.algorithm.estimator!r}: the critics' update is one step for all models; use run.pacing=lockstep")  # fmt: skip
     trained = [k for k, m in cfg.models.items() if m.trainable]
-    grouping = cfg.algorithm.grouping or DEFAULT_GROUPING.get(cfg.algorithm.estimator)
+    grouping = effective_grouping(cfg.algorithm.estimator, cfg.algorithm.grouping)
     require(len(trained) < 2 or grouping not in POOLED_GROUPINGS, f"run.pacing=per_model with grouping {grouping!r} "
             f"and {len(trained)} trained models: its statistics pool the agents of several models, whose parts of a "
             f"group would be consumed at different steps; accepted: a per-agent grouping "

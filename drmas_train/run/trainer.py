@@ -666,7 +666,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
         GenerationThreadError: the generation thread failed (``run.overlap``) more often than
             ``run.generation_restarts`` allows, or while putting a batch; its error is the cause.
     """
-    from drmas_train.algorithm.advantages import DEFAULT_GROUPING
+    from drmas_train.algorithm.advantages import effective_grouping
     from drmas_train.algorithm.grouping import POOLED_GROUPINGS
     from drmas_train.backends.base import SamplingParams
     from drmas_train.backends.factory import make_backend
@@ -682,7 +682,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
     cfg, r = run.cfg, run.cfg.rollout
     eta = cfg.run.max_staleness
     trained = list(run.updater.model_ids)
-    grouping = cfg.algorithm.grouping or DEFAULT_GROUPING.get(cfg.algorithm.estimator)
+    grouping = effective_grouping(cfg.algorithm.estimator, cfg.algorithm.grouping)
     if eta > 0 and len(trained) > 1 and grouping in POOLED_GROUPINGS:
         logger.warning("run.mode=async with %d trained models, run.max_staleness=%d and grouping %r, which pools the "
                        "agents of several models in one statistic: a group whose models' parts are consumed at "
