@@ -231,17 +231,11 @@ class GroupBuffer:
         """
         with self._cond:
             self._drop_stale(model_id, version, keep)
-            ready, counts, n = self._ready[model_id], self._counts[model_id], 0
-            while len(ready) > keep:
-                uid, _ = ready.popitem(last=False)
-                part = self._groups[uid].samples[model_id]
-                counts.skipped_groups += 1
-                counts.skipped_samples += len(part)
-                if self._on_drop is not None:
-                    self._on_drop(model_id, uid, list(part), version)
-                self._done(uid, model_id)
-                n += 1
-            return n
+            ready = self._ready[model_id]
+            skipped = list(ready)[: max(0, len(ready) - keep)]  # the oldest complete ones
+            for uid in skipped:
+                self._discard(model_id, uid, version, skipped=True)
+            return len(skipped)
 
     def counts(self) -> dict[str, ModelCounts]:
         """Per model: groups and samples released, dropped and skipped so far (copies)."""
@@ -325,18 +319,27 @@ class GroupBuffer:
         if self._closed:
             raise BufferClosed("the group buffer is closed")
         self._versions[model_id] = version
-        eta, ready, counts = self.max_staleness[model_id], self._ready[model_id], self._counts[model_id]
+        eta, ready = self.max_staleness[model_id], self._ready[model_id]
         if eta is None:
             return
         for uid in list(ready):
-            part = self._groups[uid].samples[model_id]
-            if version - min(s.policy_version for s in part) > eta:
-                del ready[uid]
-                counts.dropped_groups += 1
-                counts.dropped_samples += len(part)
-                if self._on_drop is not None:
-                    self._on_drop(model_id, uid, list(part), version)
-                self._done(uid, model_id)
+            if version - min(s.policy_version for s in self._groups[uid].samples[model_id]) > eta:
+                self._discard(model_id, uid, version, skipped=False)
+
+    def _discard(self, model_id: str, uid: str, version: int, *, skipped: bool) -> None:
+        """Take ``model_id``'s part of ready group ``uid`` out unused at trainer ``version``: counted as skipped
+        (:meth:`skip`) or dropped (beyond the bound), reported to ``on_drop``."""
+        del self._ready[model_id][uid]
+        part, counts = self._groups[uid].samples[model_id], self._counts[model_id]
+        if skipped:
+            counts.skipped_groups += 1
+            counts.skipped_samples += len(part)
+        else:
+            counts.dropped_groups += 1
+            counts.dropped_samples += len(part)
+        if self._on_drop is not None:
+            self._on_drop(model_id, uid, list(part), version)
+        self._done(uid, model_id)
 
     def _release(self, model_id: str, max_groups: int) -> list[list[Sample]]:
         """Up to ``max_groups`` ready groups of ``model_id``, oldest complete first."""
