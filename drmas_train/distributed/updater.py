@@ -282,8 +282,9 @@ class RayUpdater:
     @staticmethod
     def wait_any(pending: list[list[Any]]) -> None:
         """Block until at least one of the :meth:`start_model` calls ``pending`` is done on all of its ranks."""
+        left = [r for refs in pending for r in refs]
         while pending and not any(RayUpdater.finished(refs) for refs in pending):
-            ray.wait([r for refs in pending for r in refs if not RayUpdater.finished([r])], num_returns=1)
+            _, left = ray.wait(left, num_returns=1)  # one more rank done (a done one returns at once)
 
     def finish_model(self, model_id: str, refs: list[Any]) -> dict[str, float]:
         """Wait for a :meth:`start_model` and push its weights to the model's engines (unless :attr:`defer_pushes`).

@@ -733,7 +733,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
     buffer, producer = start(run.start_iteration)
     last = cfg.run.iterations - 1
     in_flight = InFlightUpdates(run.updater) if cfg.run.pacing == "per_model" else None
-    updates = dict.fromkeys(trained, 0)  # per-model pacing: updates finished per model in this process
+    at_start = {m: run.versions[m] for m in trained}  # per-model pacing's pacing/<m>/updates count from here
 
     def ahead(t: int) -> int:  # the last batch step t may need; the generation thread plays none no step will take
         return min(t + eta, last) if overlap else t + eta
@@ -761,16 +761,16 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
                 save_samples(consumed, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
             t1 = time.perf_counter()
             metrics: dict[str, float] = {}
-            versions_before = run.versions.state_dict()
             try:
                 if in_flight is None:
+                    versions_before = run.versions.state_dict()
                     _learn(run, it, consumed, None, seed, metrics)
                     updated = {m for m in trained if run.versions[m] != versions_before[m]}
                 else:  # per-model pacing: start the idle models' updates, wait for the first (all at a barrier)
                     if consumed:
                         _learn(run, it, consumed, None, seed, metrics, in_flight=in_flight)
                     barrier = _save_due(cfg, it) or _validation_due(cfg, it) or guard.requested
-                    updated = _finish_paced(run, in_flight, it, "all" if barrier else "any", metrics, updates)
+                    updated = _finish_paced(run, in_flight, it, "all" if barrier else "any", metrics, at_start)
             except DistributedError as err:  # a training rank died: rewind to the last checkpoint (bounded) or stop
                 producer.close()  # a generation thread finishes its batch: nothing else uses the engines meanwhile
                 if in_flight is not None:  # nothing may write the weights while the checkpoint's are loaded
@@ -816,12 +816,13 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
 
 
 def _finish_paced(run: RunState, in_flight: Any, it: int, wait: str, metrics: dict[str, float],
-                  updates: dict[str, int]) -> set[str]:  # fmt: skip
+                  at_start: Mapping[str, int]) -> set[str]:  # fmt: skip
     """Per-model pacing (``run.pacing: per_model``): collect the updates done after ``wait``
     (:meth:`~drmas_train.run.pacing.InFlightUpdates.collect`), advance their models' versions, and add to
     ``metrics`` their update metrics, the versions and per trained model ``pacing/<m>/updated`` (1: an update of it
     finished in this step), ``pacing/<m>/in_flight`` (1: its update still runs after the step),
-    ``pacing/<m>/updates`` (finished in this process so far; ``updates`` is updated) and, for each finished one,
+    ``pacing/<m>/updates`` (the updates this process added to the weights: ``version/<m>`` minus ``at_start``, its
+    value when the loop started) and, for each finished one,
     ``pacing/<m>/update_s`` (its wall-clock seconds, start to collection) and ``pacing/<m>/update_steps`` (steps it
     spanned: 1 = started and finished in this step).
 
@@ -835,14 +836,13 @@ def _finish_paced(run: RunState, in_flight: Any, it: int, wait: str, metrics: di
     now = time.perf_counter()
     for mid, (update_metrics, flight) in done.items():
         metrics.update(update_metrics)
-        updates[mid] += 1
         metrics[f"pacing/{mid}/update_s"] = now - flight.started
         metrics[f"pacing/{mid}/update_steps"] = float(it - flight.step + 1)
     run.versions.advance(set(done))
-    for mid in updates:
+    for mid, start in at_start.items():
         metrics[f"pacing/{mid}/updated"] = float(mid in done)
         metrics[f"pacing/{mid}/in_flight"] = float(in_flight.busy(mid))
-        metrics[f"pacing/{mid}/updates"] = float(updates[mid])
+        metrics[f"pacing/{mid}/updates"] = float(run.versions[mid] - start)
     metrics.update(run.versions.metrics())
     return set(done)
 
