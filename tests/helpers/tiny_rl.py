@@ -10,6 +10,10 @@
 
 from __future__ import annotations
 
+import tempfile
+import time
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -86,23 +90,24 @@ def tiny_loader(spec, model_id):
     return LoadedModel(model_id, model, tok, spec)
 
 
-#: seconds that every forward pass with gradients of model ``m2`` sleeps under :func:`slow_m2_loader`
-SLOW_M2_FORWARD_S = 3.0
+#: while this file exists, every forward pass with gradients of model ``m2`` under :func:`held_m2_loader` (its PPO
+#: update on a training rank, not its generation) waits: a test creates it to hold m2's update and deletes it at the
+#: point where the update may go on (the rank is another process: a file is what both see)
+M2_HOLD = Path(tempfile.gettempdir()) / "drmas-tests-hold-m2-update"
 
 
-def _sleep_when_training(module, args):
+def _wait_while_held(module, args):
     if torch.is_grad_enabled():
-        import time
+        while M2_HOLD.exists():
+            time.sleep(0.02)
 
-        time.sleep(SLOW_M2_FORWARD_S)
 
-
-def slow_m2_loader(spec, model_id):
-    """:func:`tiny_loader`, whose model ``m2`` sleeps :data:`SLOW_M2_FORWARD_S` in every forward pass with gradients
-    (its PPO updates, not its generation): a slow model beside a fast one, in any process that loads it."""
+def held_m2_loader(spec, model_id):
+    """:func:`tiny_loader`, whose model ``m2``'s updates wait while :data:`M2_HOLD` exists: a model whose update the
+    test ends at a point it chooses, beside one that trains freely."""
     loaded = tiny_loader(spec, model_id)
     if model_id == "m2":
-        loaded.model.register_forward_pre_hook(_sleep_when_training)
+        loaded.model.register_forward_pre_hook(_wait_while_held)
     return loaded
 
 

@@ -5,7 +5,7 @@ the interleaved schedule (``run.overlap: false``), the worker groups' generation
   consumed sample and every checkpointed weight, even with a generation worker killed (SIGKILL) mid-rollout.
 * ``run.pacing: per_model`` (groups on bundles of their own): with a barrier at every step (validation) and η = 0
   it is the synchronous run too, also resumed from its checkpoint; with m2's updates made slow, m runs ahead of it
-  within the bound; a rank killed while the other model trains loses and doubles no group; Ctrl-C with an update
+  within the bound (m2's update held until a known step, not slowed by a sleep); a rank killed while the other model trains loses and doubles no group; Ctrl-C with an update
   running puts that update into the interrupt's checkpoint.
 * η = 1: no update consumes a sample more than one version old, and a training rank killed (SIGKILL) in an update
   rewinds the run to its last checkpoint, buffer included: the groups consumed over the run are the uninterrupted
@@ -26,7 +26,14 @@ from drmas_train.collect.rollout import load_samples
 from drmas_train.distributed.backend import RayBackend
 from drmas_train.run.metrics_log import read_metrics
 from drmas_train.run.trainer import train
-from helpers.tiny_rl import assert_whole_groups, checkpoint_weights, slow_m2_loader, tiny_config, tiny_loader
+from helpers.tiny_rl import (
+    M2_HOLD,
+    assert_whole_groups,
+    checkpoint_weights,
+    held_m2_loader,
+    tiny_config,
+    tiny_loader,
+)
 
 pytestmark = pytest.mark.slow  # Ray actors start in ~10-30 s on 2 cores (still run in CI)
 
@@ -191,6 +198,27 @@ def test_overlap_on_ray_plays_while_the_ranks_train_within_the_bound(ray_cluster
 
 
 PER_MODEL = ("run.pacing=per_model", "distributed.colocate=false")  # after TWO_MODELS: its colocate=true is replaced
+NO_SKIP = ("algorithm.entropy_coef=0.0001",)  # an entropy term: no update skips its samples of zero advantage, so every
+# update of m2 runs a forward pass with gradients, where held_m2_loader's hold applies
+
+
+@pytest.fixture
+def m2_held(monkeypatch):
+    """m2's updates held (``M2_HOLD``) until the loop's first wait for every running update (a barrier, or the drain
+    of a Ctrl-C): a slow model whose update ends at a known step, whatever the machine's load."""
+    import drmas_train.run.pacing as pacing_module
+
+    collect = pacing_module.InFlightUpdates.collect
+
+    def release_at_barrier(self, wait):
+        if wait == "all":
+            M2_HOLD.unlink(missing_ok=True)
+        return collect(self, wait)
+
+    monkeypatch.setattr(pacing_module.InFlightUpdates, "collect", release_at_barrier)
+    M2_HOLD.touch()
+    yield
+    M2_HOLD.unlink(missing_ok=True)
 
 
 def test_per_model_pacing_with_a_barrier_at_every_step_is_the_sync_run(sync_run, tmp_path):
@@ -217,50 +245,54 @@ def test_per_model_pacing_resumed_from_its_checkpoint_is_the_sync_run(sync_run, 
     _assert_same_run(sync_run, run_dir, 2)
 
 
-def test_per_model_pacing_lets_the_fast_model_run_ahead_of_a_slow_one_within_the_bound(ray_cluster, tmp_path):
-    """m2's updates sleep 3 s per forward pass with gradients (``slow_m2_loader``; an entropy term, so that
-    no update skips a sample of zero advantage); η = 1, 4 steps, no validation.
-    Step 1 waits for m only, so m2's update spans steps: m updates more often than m2, every version counter equals
-    its model's finished updates, no consumed sample is more than η versions old, and the last step (a barrier)
-    leaves nothing running; the checkpoint records the versions."""
+def test_per_model_pacing_lets_the_fast_model_run_ahead_of_a_slow_one_within_the_bound(ray_cluster, tmp_path, m2_held):
+    """m2's first update is held until the last step (a barrier); η = 1, 4 steps, no validation. Each step waits for
+    m alone, so m updates at every step while m2's one update spans all four; every version counter equals its
+    model's finished updates, m2's part of the batches played meanwhile is trimmed to one batch (skipped, counted),
+    no consumed sample is more than η versions old, and the last step leaves nothing running; the checkpoint
+    records the versions."""
     run_dir = tmp_path / "run"
-    train(tiny_config(run_dir, *TWO_MODELS, *ASYNC, *PER_MODEL, "run.iterations=4", "run.max_staleness=1",
-                      "algorithm.entropy_coef=0.0001"), loader=slow_m2_loader)  # no sample skipped: a forward pass
+    train(tiny_config(run_dir, *TWO_MODELS, *ASYNC, *PER_MODEL, *NO_SKIP, "run.iterations=4", "run.max_staleness=1"),
+          loader=held_m2_loader)  # fmt: skip
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
-    updated = {m: [r[f"pacing/{m}/updated"] for r in rows] for m in ("m", "m2")}
-    assert rows[0]["pacing/m2/in_flight"] == 1 and rows[0]["pacing/m/updated"] == 1  # step 1 waited for m alone
-    assert sum(updated["m"]) > sum(updated["m2"]) >= 1
+    assert [r["pacing/m/updated"] for r in rows] == [1, 1, 1, 1]
+    assert [r["pacing/m2/updated"] for r in rows] == [0, 0, 0, 1]
+    assert [r["pacing/m2/in_flight"] for r in rows] == [1, 1, 1, 0] and rows[-1]["pacing/m/in_flight"] == 0
+    assert rows[-1]["pacing/m2/update_steps"] == 4 and "pacing/m2/update_steps" not in rows[0]
+    # η = 1: batches 0-1 played at step 1, one more per step; m2 took batch 0's 2 groups, the rest beyond one batch
+    # of them is skipped while its update runs
+    assert [r["async/m2/skipped_groups"] for r in rows] == [0, 2, 4, 6]
+    assert [r["async/m/skipped_groups"] for r in rows] == [0, 0, 0, 0]
     for r in rows:
         assert r["version/m"] == r["pacing/m/updates"] and r["version/m2"] == r["pacing/m2/updates"]
         assert all(r[k] <= 1 for k in r if k.startswith("staleness/") and k.endswith("/max"))
-        assert "async/m2/skipped_groups" in r
-    assert rows[-1]["pacing/m/in_flight"] == rows[-1]["pacing/m2/in_flight"] == 0  # the last step is a barrier
-    assert rows[-1]["pacing/m2/update_steps"] >= 1
-    seen: set[str] = set()
+    assert (rows[-1]["version/m"], rows[-1]["version/m2"]) == (4, 1)
+    seen: set[tuple[str, str]] = set()
     for it in range(1, 5):  # what each step consumed: whole groups, no episode twice
         samples = _samples(run_dir, it)
         models = sorted({s.model_id for s in samples})
+        assert models == (["m", "m2"] if it == 1 else ["m"])
         assert_whole_groups(samples, models, n_groups=2, group_size=4)
         trajs = {(s.traj_uid, s.model_id) for s in samples}
         assert not trajs & seen
         seen |= trajs
     state = torch.load(run_dir / "checkpoints" / "iter_000004" / "trainer_state.pt", weights_only=True)
-    assert state["extra"]["policy_versions"] == {"m": rows[-1]["version/m"], "m2": rows[-1]["version/m2"]}
+    assert state["extra"]["policy_versions"] == {"m": 4, "m2": 1}
 
 
 def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_losing_and_doubling_no_group(
         ray_cluster, tmp_path, monkeypatch):  # fmt: skip
-    """m's training rank is killed just before the 3rd step starts the updates, while m2's (slow) update of that step
-    runs beside it: the running update is awaited and forgotten, the run rewinds to checkpoint 2 with its buffer, and
+    """m's training rank is killed just before the 3rd step starts the updates, while m2's update of that step is held
+    (``M2_HOLD``, released when the loop abandons it), so it runs beside: the running update is awaited and forgotten, the run rewinds to checkpoint 2 with its buffer, and
     the completed steps consume exactly the uninterrupted run's groups, none twice, with the same final weights.
     (A checkpoint at every step makes every step a barrier, so both runs have one schedule.)"""
     import drmas_train.run.pacing as pacing_module
 
-    common = (*TWO_MODELS, *ASYNC, *PER_MODEL, "run.iterations=4", "run.max_staleness=1", "run.save_every=1",
-              "algorithm.entropy_coef=0.0001")  # fmt: skip
+    common = (*TWO_MODELS, *ASYNC, *PER_MODEL, *NO_SKIP, "run.iterations=4", "run.max_staleness=1", "run.save_every=1")
     whole_dir, killed_dir = tmp_path / "whole", tmp_path / "killed"
-    train(tiny_config(whole_dir, *common), loader=slow_m2_loader)
+    M2_HOLD.unlink(missing_ok=True)  # nothing held in the uninterrupted run
+    train(tiny_config(whole_dir, *common), loader=held_m2_loader)
 
     def ids(samples):
         return sorted((s.uid, s.traj_uid, s.agent_id, s.turn, s.policy_version) for s in samples)
@@ -271,16 +303,21 @@ def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_
     def kill_then_start(self, samples, adv, seed, step):
         consumed.append(ids(samples))
         if len(consumed) == 3:
+            M2_HOLD.touch()  # m2's update of this step waits: it is still running when m's loss is found
             os.kill(self.updater.groups["m"].ranks.pids()[0], signal.SIGKILL)
         return start(self, samples, adv, seed, step)
 
     def record_abandon(self):
+        M2_HOLD.unlink(missing_ok=True)  # the abandoned update may finish now
         abandoned.append(abandon(self))
         return abandoned[-1]
 
     monkeypatch.setattr(pacing_module.InFlightUpdates, "start", kill_then_start)
     monkeypatch.setattr(pacing_module.InFlightUpdates, "abandon", record_abandon)
-    summary = train(tiny_config(killed_dir, *common), loader=slow_m2_loader)
+    try:
+        summary = train(tiny_config(killed_dir, *common), loader=held_m2_loader)
+    finally:
+        M2_HOLD.unlink(missing_ok=True)
     assert summary["checkpoint"].endswith("iter_000004")
     assert abandoned == [["m2"]]  # m2's update of the lost step was running when m's rank was found dead
     assert len(consumed) == 5 and consumed[2] == consumed[3]  # the lost step's groups, taken again
@@ -293,15 +330,14 @@ def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_
 
 
 def test_per_model_pacing_ctrl_c_during_a_rollout_lets_the_running_update_land_in_the_checkpoint(
-        ray_cluster, tmp_path, monkeypatch):  # fmt: skip
-    """Ctrl-C (a KeyboardInterrupt in the 3rd step's rollout) while m2's slow update of step 1 still runs: the update
-    is awaited, its version and weights go into the interrupt's checkpoint of step 2 (the engines' versions with
+        ray_cluster, tmp_path, monkeypatch, m2_held):  # fmt: skip
+    """Ctrl-C (a KeyboardInterrupt in the 3rd step's rollout) while m2's update of step 1 is still held: the drain
+    releases it and waits for it, its version and weights go into the interrupt's checkpoint of step 2 (the engines' versions with
     them), and ``--resume`` to 4 consumes no episode twice."""
     from drmas_train.run.async_generation import read_async_state
     from drmas_train.run.async_producer import BatchProducer
 
-    common = (*TWO_MODELS, *ASYNC, *PER_MODEL, "run.max_staleness=1", "run.save_every=0", "run.save_samples=true",
-              "algorithm.entropy_coef=0.0001")  # fmt: skip
+    common = (*TWO_MODELS, *ASYNC, *PER_MODEL, *NO_SKIP, "run.max_staleness=1", "run.save_every=0")
     run_dir = tmp_path / "run"
     take, calls = BatchProducer.take, []
 
@@ -313,8 +349,9 @@ def test_per_model_pacing_ctrl_c_during_a_rollout_lets_the_running_update_land_i
 
     monkeypatch.setattr(BatchProducer, "take", interrupted_take)
     with pytest.raises(KeyboardInterrupt):
-        train(tiny_config(run_dir, *common, "run.iterations=4"), loader=slow_m2_loader)
+        train(tiny_config(run_dir, *common, "run.iterations=4"), loader=held_m2_loader)
     monkeypatch.setattr(BatchProducer, "take", take)
+    assert not M2_HOLD.exists()  # the drain released it
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert calls == ["m", "m2", "m", "m"] and [r["iteration"] for r in rows] == [1, 2]
     assert rows[1]["pacing/m2/in_flight"] == 1 and rows[1]["version/m2"] == 0  # m2's update ran across step 2
@@ -322,7 +359,7 @@ def test_per_model_pacing_ctrl_c_during_a_rollout_lets_the_running_update_land_i
     state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
     assert state["extra"]["policy_versions"] == {"m": 2, "m2": 1}  # m2's update landed before the save
     assert read_async_state(ckpt)["held"] == {"m": 2, "m2": 1}  # and the engines hold it
-    train(tiny_config(run_dir, *common, "run.iterations=4"), resume=True, loader=slow_m2_loader)
+    train(tiny_config(run_dir, *common, "run.iterations=4"), resume=True, loader=held_m2_loader)  # nothing held
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
     seen: set[tuple[str, str]] = set()
