@@ -37,9 +37,11 @@ from drmas_train.algorithm.update import (
 )
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward
+from drmas_train.model.prefill import can_stitch
 from drmas_train.model.value_model import ValueModel, forward_values
 
-__all__ = ["critic_keys", "critic_of", "critic_models", "build_critic", "critic_values", "value_update"]
+__all__ = ["critic_keys", "critic_of", "critic_models", "build_critic", "critic_values", "value_update",
+           "shares_value_prompts"]
 
 
 def critic_keys(agents: Mapping[str, str], trainable: Sequence[str], per: str) -> dict[str, str]:
@@ -90,6 +92,16 @@ def _value_budget(
     return micro_batch_budget(critic, samples, settings, hooks, probe=forward_values)
 
 
+def shares_value_prompts(critic: Any, settings: UpdateSettings) -> bool:
+    """Whether the critic's forwards share prompts (``forward_values(share_prompts=True)``) and its micro-batches
+    keep a prompt's rows together, as the policy's update does (:func:`~drmas_train.algorithm.update.shares_prompts`):
+    ``settings.share_prompts``, no activation checkpointing, and a decoder whose cache can be shared
+    (:func:`~drmas_train.model.prefill.can_stitch`). A data-parallel rank's settings say False under FSDP2
+    (:func:`drmas_train.distributed.data_parallel.rank_settings`)."""
+    return (settings.share_prompts and not settings.activation_checkpointing
+            and can_stitch(Forward.of(critic).module))  # fmt: skip
+
+
 @torch.no_grad()
 def critic_values(
     critic: Any,
@@ -120,14 +132,15 @@ def critic_values(
     budget = _value_budget(module, samples, settings, hooks)
     device = next(module.parameters()).device
     autocast_dtype = resolve_autocast(settings.autocast, device)
+    share = shares_value_prompts(module, settings)
     out: list[np.ndarray] = [np.zeros(0)] * len(samples)
     module.eval()
     try:
-        for micro in plan_micro_batches(samples, budget, share=False):
+        for micro in plan_micro_batches(samples, budget, share=share):
             batch = [samples[i] for i in micro]
             with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 values, _ = forward_values(forward, [s.prompt_ids for s in batch], [s.response_ids for s in batch],
-                                           pad_token_id=pad_token_id)  # fmt: skip
+                                           pad_token_id=pad_token_id, share_prompts=share)  # fmt: skip
             rows = values.float().cpu().numpy().astype(np.float64)
             for j, i in enumerate(micro):
                 out[i] = rows[j, : len(samples[i].response_ids)]
@@ -185,12 +198,13 @@ def value_update(
     autocast_dtype = resolve_autocast(settings.autocast, next(module.parameters()).device)
     old_values, returns = np.asarray(old_values, dtype=np.float32), np.asarray(returns, dtype=np.float32)
     clip, agg = settings.critic.value_clip, settings.loss.loss_agg
+    share = shares_value_prompts(module, settings)
 
     def step(batch: list[Sample], rows: np.ndarray, denom: float) -> tuple[dict[str, float], float]:
         device = next(module.parameters()).device
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             values, mask = forward_values(hooks.forward, [s.prompt_ids for s in batch], [s.response_ids for s in batch],
-                                          pad_token_id=pad_token_id)  # (b, T) each  # fmt: skip
+                                          pad_token_id=pad_token_id, share_prompts=share)  # (b, T) each  # fmt: skip
             T = values.shape[1]
             mask = mask * pad_right([s.response_mask for s in batch], T).to(mask.device)
             old = torch.as_tensor(old_values[rows, :T], device=values.device)
@@ -202,4 +216,4 @@ def value_update(
     with activation_checkpointing(getattr(module, "decoder", module), settings.activation_checkpointing):
         budget = _value_budget(critic, samples, settings, hooks)
         return run_epochs(critic, opt, samples, settings, seed=seed, hooks=hooks, budget=budget, step=step,
-                          share_prompts=False, additive=("vf_loss",))  # fmt: skip
+                          share_prompts=share, additive=("vf_loss",))  # fmt: skip

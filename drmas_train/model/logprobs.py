@@ -35,7 +35,8 @@ import torch
 
 from drmas_train.model.lm_head import chunked_token_logprobs
 
-__all__ = ["Forward", "forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts"]
+__all__ = ["Forward", "forward_logprobs", "pack_prompt_response", "cache_kwarg", "split_lm_head", "can_share_prompts",
+           "worth_sharing_prompts", "shared_prompt_hidden"]
 
 
 def _direct(fn: Callable[[], Any]) -> Any:
@@ -193,8 +194,8 @@ def forward_logprobs(
     decoder, head = split
 
     def lean() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        if share_prompts and _worth_sharing(inner, prompt_ids):
-            hidden, response_mask = _shared_prompt_hidden(inner, decoder, prompt_ids, response_ids, pad_token_id, device)
+        if share_prompts and worth_sharing_prompts(inner, prompt_ids):
+            hidden, response_mask = shared_prompt_hidden(inner, decoder, prompt_ids, response_ids, pad_token_id, device)
         else:
             hidden, response_mask = _packed_hidden(decoder, prompt_ids, response_ids, pad_token_id, device)
         real = response_mask.bool()  # (B, T)
@@ -275,7 +276,7 @@ def can_share_prompts(model: Any, lm_head_chunk: int | None = None) -> bool:
     return lm_head_chunk != 0 and split_lm_head(model) is not None and can_stitch(base)
 
 
-def _worth_sharing(model: Any, prompt_ids: Sequence[Sequence[int]]) -> bool:
+def worth_sharing_prompts(model: Any, prompt_ids: Sequence[Sequence[int]]) -> bool:
     """Some prompt repeats, every prompt has a token besides its last, and the cache can be shared by rows (plain
     ``DynamicLayer`` s, and no activation checkpointing, under which transformers' layers drop the cache)."""
     from drmas_train.model.prefill import can_stitch
@@ -287,13 +288,29 @@ def _worth_sharing(model: Any, prompt_ids: Sequence[Sequence[int]]) -> bool:
     return len(distinct) < len(prompt_ids) and all(len(p) >= 2 for p in prompt_ids) and can_stitch(base)
 
 
-def _shared_prompt_hidden(model, decoder, prompt_ids, response_ids, pad_token_id, device):
-    """Like :func:`_packed_hidden`, each distinct prompt computed once (see the module docstring).
+def shared_prompt_hidden(
+    model: Any,
+    decoder: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    pad_token_id: int,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like :func:`_packed_hidden`, each distinct prompt computed once (see the module docstring); the policy's
+    log-probabilities and the critic's values (:func:`drmas_train.model.value_model.forward_values`) both use it.
 
     1. the distinct prompts without their last token, left-padded (U, P'), one forward with a fresh cache;
     2. the cache rows repeated for the B rows (indexing: autograd sums the rows' gradients back);
     3. ``[last prompt token] + response[:-1]`` of each row, right-padded (B, T), on top of it: position t
        predicts response token t.
+
+    Args:
+        model: the module whose ``config`` builds the cache. decoder: its decoder (embeddings, layers, final norm).
+        prompt_ids: B prompts of >= 2 tokens. response_ids: B responses (T = the longest, >= 1).
+
+    Returns:
+        ``(hidden, mask)``: (B, T, H) last hidden states at the positions predicting each response token, in the
+        decoder's dtype, and the (B, T) float32 response mask.
     """
     from transformers import DynamicCache
 

@@ -23,7 +23,12 @@ from typing import Any
 import torch
 from transformers.modeling_outputs import TokenClassifierOutput
 
-from drmas_train.model.logprobs import Forward, pack_prompt_response
+from drmas_train.model.logprobs import (
+    Forward,
+    pack_prompt_response,
+    shared_prompt_hidden,
+    worth_sharing_prompts,
+)
 from drmas_train.model.weights import is_peft
 
 __all__ = ["ValueModel", "forward_values", "save_value_model", "load_value_model"]
@@ -94,13 +99,19 @@ def forward_values(
     response_ids: Sequence[Sequence[int]],
     *,
     pad_token_id: int,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``V_t`` of every response token under the critic ``model``, one batched forward (gradients flow).
 
     Args:
         model: a :class:`ValueModel` (or a :class:`~drmas_train.model.logprobs.Forward` over a wrapped one: its
-            ``call`` is used, so a wrapper's hooks run). prompt_ids: B prompts (non-empty). response_ids: B responses.
+            ``call`` is used, so a wrapper's hooks run; with shared prompts its ``run``). prompt_ids: B prompts
+            (non-empty). response_ids: B responses.
         pad_token_id: the tokenizer's pad id.
+        share_prompts: compute each distinct prompt once, its key/value cache repeated for the rows that share it
+            (the policy's shared-prompt forward, :mod:`drmas_train.model.logprobs`; the same values and gradients up
+            to float rounding). Used when some prompt repeats and the decoder's cache can be shared
+            (:func:`~drmas_train.model.prefill.can_stitch`, no activation checkpointing); otherwise ignored.
 
     Returns:
         ``(values, mask)``: (B, T) float32 values (0 on padding) and the (B, T) float32 response mask.
@@ -114,6 +125,13 @@ def forward_values(
     if resp_len == 0:
         empty = torch.zeros((len(response_ids), 0), device=device)
         return empty, empty.clone()
+    module = fwd.module
+    if share_prompts and worth_sharing_prompts(module, prompt_ids):
+        def shared() -> tuple[torch.Tensor, torch.Tensor]:
+            hidden, mask = shared_prompt_hidden(module, module.decoder, prompt_ids, response_ids, pad_token_id, device)
+            return module.value_head(hidden).float()[..., 0] * mask, mask  # (B, T): row b's position t predicts token t
+
+        return fwd.run(shared)  # the decoder and head are called directly: inside a wrapper's forward, if any
     # prompt + response[:-1]: the position before response token t holds V_t (the last token's successor is terminal)
     ids, attention, positions, _ = pack_prompt_response(
         prompt_ids, [list(r)[:-1] for r in response_ids], pad_token_id, device

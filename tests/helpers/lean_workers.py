@@ -68,7 +68,7 @@ def _count_calls(counts: dict[str, int]) -> None:
     """Wrap the lean pieces of ``drmas_train.model.logprobs`` (looked up at call time) with counters."""
     import drmas_train.model.logprobs as lp_mod
 
-    for name in ("chunked_token_logprobs", "_shared_prompt_hidden", "_plain_logprobs"):
+    for name in ("chunked_token_logprobs", "shared_prompt_hidden", "_plain_logprobs"):
         original = getattr(lp_mod, name)
 
         def counted(*args, _original=original, _name=name, **kwargs):
@@ -91,7 +91,7 @@ def run(rank: int, world: int, tmp: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{Path(tmp) / 'store'}", rank=rank, world_size=world)
     base = base_model()
     samples = grouped_samples(base)
-    counts = {"chunked_token_logprobs": 0, "_shared_prompt_hidden": 0, "_plain_logprobs": 0}
+    counts = {"chunked_token_logprobs": 0, "shared_prompt_hidden": 0, "_plain_logprobs": 0}
     _count_calls(counts)
     ratios: list[torch.Tensor] = []
     original_loss = update_mod.policy_loss

@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from drmas_train.algorithm.config import CriticConfig
-from drmas_train.algorithm.critic import build_critic, critic_keys, critic_of, critic_values, value_update
+from drmas_train.algorithm.critic import (
+    build_critic,
+    critic_keys,
+    critic_of,
+    critic_values,
+    shares_value_prompts,
+    value_update,
+)
 from drmas_train.algorithm.gae import pad_rows
 from drmas_train.algorithm.optim import ModelOptimizer
 from drmas_train.algorithm.settings import CriticSettings, UpdateSettings
@@ -95,6 +102,69 @@ def test_values_are_read_at_the_position_before_each_response_token():
     )  # micro-batched
     for b, s in enumerate(samples):
         np.testing.assert_allclose(got[b], values[b, : len(s.response_ids)].detach().numpy(), atol=1e-5)
+
+
+def _group_samples(vocab: int, seed: int = 0) -> list[Sample]:
+    """A group of three rollouts of one prompt, a group of two (one with an empty response) and a single row."""
+    g = torch.Generator().manual_seed(seed)
+    p1, p2 = torch.randint(5, vocab, (7,), generator=g).tolist(), torch.randint(5, vocab, (4,), generator=g).tolist()
+    prompts = [p1, p1, p2, p1, p2, [3, 9]]
+    responses = [torch.randint(5, vocab, (n,), generator=g).tolist() for n in (5, 3, 0, 6, 2, 4)]
+    return [Sample(f"u{i}", f"t{i}", "a", "m", 0, 0, p, r, [0.0] * len(r), [1] * len(r))
+            for i, (p, r) in enumerate(zip(prompts, responses, strict=True))]  # fmt: skip
+
+
+def test_shared_prompt_values_and_gradients_equal_the_packed_forward():
+    """``forward_values(share_prompts=True)`` computes each distinct prompt once (3 prefixes, not 6 prompts) and gives
+    the packed forward's values and gradients to float32 rounding."""
+    critic = ValueModel.from_causal_lm(load_model("tiny-llama").model, seed=0).train()
+    samples = _group_samples(critic.config.vocab_size)
+    prompts, responses = [s.prompt_ids for s in samples], [s.response_ids for s in samples]
+    seen: list[tuple[int, ...]] = []
+    hook = critic.decoder.embed_tokens.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    results = {}
+    try:
+        for share in (False, True):
+            seen.clear()
+            critic.zero_grad(set_to_none=True)
+            values, mask = forward_values(critic, prompts, responses, pad_token_id=0, share_prompts=share)
+            (values * torch.linspace(-1.0, 2.0, values.numel()).view_as(values)).sum().backward()
+            grads = torch.cat([p.grad.flatten() for p in critic.parameters()])
+            results[share] = (values.detach(), mask, grads, list(seen))
+    finally:
+        hook.remove()
+    assert results[False][3] == [(6, 12)]  # 6 rows x (longest prompt 7 + longest response 6 - 1)
+    assert results[True][3] == [(3, 6), (6, 6)]  # 3 distinct prompts minus their last token, then 6 rows x T = 6
+    torch.testing.assert_close(results[True][1], results[False][1], rtol=0, atol=0)
+    assert float(results[False][1][2].sum()) == 0.0  # the empty response has no value
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-5, atol=1e-5)
+    scale = results[False][2].abs().max()
+    torch.testing.assert_close(results[True][2] / scale, results[False][2] / scale, rtol=0, atol=1e-5)
+
+
+def test_critic_values_and_update_share_prompts_with_the_same_result():
+    """``critic_values`` and ``value_update`` with ``share_prompts`` (prompt-grouped micro-batches, each prompt once)
+    give the values and the SGD step of the unshared computation; activation checkpointing turns sharing off."""
+    lm = load_model("tiny-llama").model
+    samples = _group_samples(lm.config.vocab_size, seed=1)
+    returns, _ = pad_rows([np.linspace(-1.0, 1.0, len(s.response_ids)) for s in samples])
+    got = {}
+    for share in (False, True):
+        settings = SETTINGS.replace(share_prompts=share, micro_batch_tokens=30)
+        critic = ValueModel.from_causal_lm(lm, seed=0)
+        assert shares_value_prompts(critic, settings) is share
+        before = [p.detach().clone() for p in critic.parameters()]
+        values = critic_values(critic, samples, settings, pad_token_id=0)
+        old, _ = pad_rows(values, returns.shape[1])
+        out = value_update(critic, _sgd(critic), samples, old, returns, settings, pad_token_id=0)
+        got[share] = (values, out["vf_loss"], [p.detach() - b for p, b in zip(critic.parameters(), before, strict=True)])
+    for a, b in zip(got[False][0], got[True][0], strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-5)
+    assert got[True][1] == pytest.approx(got[False][1], rel=1e-5)
+    for a, b in zip(got[False][2], got[True][2], strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4)
+    critic = ValueModel.from_causal_lm(lm, seed=0)
+    assert not shares_value_prompts(critic, SETTINGS.replace(activation_checkpointing=1))
 
 
 def test_value_update_fits_the_returns():

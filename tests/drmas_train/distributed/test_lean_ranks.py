@@ -48,7 +48,7 @@ def test_lean_rank_update_equals_single_process(ranks, strategy):
     assert got["share_prompts"] == shares  # rank_settings: FSDP2 ranks do not share prompts
     counts = got["counts"]
     assert counts["chunked_token_logprobs"] > 0 and counts["_plain_logprobs"] == 0  # chunked head on the rank
-    assert (counts["_shared_prompt_hidden"] > 0) == shares  # grouped prompts computed once (DDP only)
+    assert (counts["shared_prompt_hidden"] > 0) == shares  # grouped prompts computed once (DDP only)
     base, single, expected = _single(share_prompts=shares)
     m = got["metrics"]
     assert m["steps"] == expected["steps"] == 2.0
