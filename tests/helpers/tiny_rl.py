@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
-import tempfile
-import time
+import fcntl
+import os
 from pathlib import Path
 
 import numpy as np
@@ -90,25 +90,50 @@ def tiny_loader(spec, model_id):
     return LoadedModel(model_id, model, tok, spec)
 
 
-#: while this file exists, every forward pass with gradients of model ``m2`` under :func:`held_m2_loader` (its PPO
-#: update on a training rank, not its generation) waits: a test creates it to hold m2's update and deletes it at the
-#: point where the update may go on (the rank is another process: a file is what both see)
-M2_HOLD = Path(tempfile.gettempdir()) / "drmas-tests-hold-m2-update"
+class UpdateHold:
+    """Holds one model's updates on the training ranks until the test releases them, without polling.
 
+    The test process takes an exclusive ``flock`` on ``path`` (:meth:`hold`); every forward pass with gradients of
+    ``model_id`` under :meth:`loader` (its PPO update on a training rank, not its generation) first takes a shared
+    lock on the same file, so it blocks in the kernel until :meth:`release`. The rank is another process: a lock on
+    a file both see is what crosses the boundary, and a path per test keeps two test sessions apart. A forward with
+    gradients in the holding process itself would wait on its own lock: only the Ray path's ranks may run one.
+    """
 
-def _wait_while_held(module, args):
-    if torch.is_grad_enabled():
-        while M2_HOLD.exists():
-            time.sleep(0.02)
+    def __init__(self, path: str | os.PathLike, model_id: str = "m2"):
+        self.path, self.model_id, self._fd = Path(path), model_id, None
+        self.path.touch()
 
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
 
-def held_m2_loader(spec, model_id):
-    """:func:`tiny_loader`, whose model ``m2``'s updates wait while :data:`M2_HOLD` exists: a model whose update the
-    test ends at a point it chooses, beside one that trains freely."""
-    loaded = tiny_loader(spec, model_id)
-    if model_id == "m2":
-        loaded.model.register_forward_pre_hook(_wait_while_held)
-    return loaded
+    def hold(self) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDWR)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __getstate__(self):  # pickled to the ranks with :meth:`loader`: the lock stays with the holder
+        return {"path": self.path, "model_id": self.model_id, "_fd": None}
+
+    def _wait_while_held(self, module, args):
+        if torch.is_grad_enabled():
+            with open(self.path, "rb") as f:
+                fcntl.flock(f, fcntl.LOCK_SH)  # blocks while the test holds the exclusive lock
+
+    def loader(self, spec, model_id):
+        """:func:`tiny_loader`, whose model ``model_id``'s updates wait while the hold is taken: a model whose update
+        the test ends at a point it chooses, beside one that trains freely."""
+        loaded = tiny_loader(spec, model_id)
+        if model_id == self.model_id:
+            loaded.model.register_forward_pre_hook(self._wait_while_held)
+        return loaded
 
 
 def tiny_config(run_dir, *overrides: str):

@@ -27,10 +27,9 @@ from drmas_train.distributed.backend import RayBackend
 from drmas_train.run.metrics_log import read_metrics
 from drmas_train.run.trainer import train
 from helpers.tiny_rl import (
-    M2_HOLD,
+    UpdateHold,
     assert_whole_groups,
     checkpoint_weights,
-    held_m2_loader,
     tiny_config,
     tiny_loader,
 )
@@ -199,26 +198,27 @@ def test_overlap_on_ray_plays_while_the_ranks_train_within_the_bound(ray_cluster
 
 PER_MODEL = ("run.pacing=per_model", "distributed.colocate=false")  # after TWO_MODELS: its colocate=true is replaced
 NO_SKIP = ("algorithm.entropy_coef=0.0001",)  # an entropy term: no update skips its samples of zero advantage, so every
-# update of m2 runs a forward pass with gradients, where held_m2_loader's hold applies
+# update of m2 runs a forward pass with gradients, where an UpdateHold applies
 
 
 @pytest.fixture
-def m2_held(monkeypatch):
-    """m2's updates held (``M2_HOLD``) until the loop's first wait for every running update (a barrier, or the drain
-    of a Ctrl-C): a slow model whose update ends at a known step, whatever the machine's load."""
+def m2_held(monkeypatch, tmp_path):
+    """m2's updates held (an :class:`UpdateHold`) until the loop's first wait for every running update (a barrier, or
+    the drain of a Ctrl-C): a slow model whose update ends at a known step, whatever the machine's load."""
     import drmas_train.run.pacing as pacing_module
 
+    hold = UpdateHold(tmp_path / "m2.hold")
     collect = pacing_module.InFlightUpdates.collect
 
     def release_at_barrier(self, wait):
         if wait == "all":
-            M2_HOLD.unlink(missing_ok=True)
+            hold.release()
         return collect(self, wait)
 
     monkeypatch.setattr(pacing_module.InFlightUpdates, "collect", release_at_barrier)
-    M2_HOLD.touch()
-    yield
-    M2_HOLD.unlink(missing_ok=True)
+    hold.hold()
+    yield hold
+    hold.release()
 
 
 def test_per_model_pacing_with_a_barrier_at_every_step_is_the_sync_run(sync_run, tmp_path):
@@ -253,7 +253,7 @@ def test_per_model_pacing_lets_the_fast_model_run_ahead_of_a_slow_one_within_the
     records the versions."""
     run_dir = tmp_path / "run"
     train(tiny_config(run_dir, *TWO_MODELS, *ASYNC, *PER_MODEL, *NO_SKIP, "run.iterations=4", "run.max_staleness=1"),
-          loader=held_m2_loader)  # fmt: skip
+          loader=m2_held.loader)  # fmt: skip
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
     assert [r["pacing/m/updated"] for r in rows] == [1, 1, 1, 1]
@@ -284,15 +284,15 @@ def test_per_model_pacing_lets_the_fast_model_run_ahead_of_a_slow_one_within_the
 def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_losing_and_doubling_no_group(
         ray_cluster, tmp_path, monkeypatch):  # fmt: skip
     """m's training rank is killed just before the 3rd step starts the updates, while m2's update of that step is held
-    (``M2_HOLD``, released when the loop abandons it), so it runs beside: the running update is awaited and forgotten, the run rewinds to checkpoint 2 with its buffer, and
+    (an :class:`UpdateHold`, released when the loop abandons it), so it runs beside: the running update is awaited and forgotten, the run rewinds to checkpoint 2 with its buffer, and
     the completed steps consume exactly the uninterrupted run's groups, none twice, with the same final weights.
     (A checkpoint at every step makes every step a barrier, so both runs have one schedule.)"""
     import drmas_train.run.pacing as pacing_module
 
     common = (*TWO_MODELS, *ASYNC, *PER_MODEL, *NO_SKIP, "run.iterations=4", "run.max_staleness=1", "run.save_every=1")
     whole_dir, killed_dir = tmp_path / "whole", tmp_path / "killed"
-    M2_HOLD.unlink(missing_ok=True)  # nothing held in the uninterrupted run
-    train(tiny_config(whole_dir, *common), loader=held_m2_loader)
+    hold = UpdateHold(tmp_path / "m2.hold")  # not held in the uninterrupted run
+    train(tiny_config(whole_dir, *common), loader=hold.loader)
 
     def ids(samples):
         return sorted((s.uid, s.traj_uid, s.agent_id, s.turn, s.policy_version) for s in samples)
@@ -303,21 +303,21 @@ def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_
     def kill_then_start(self, samples, adv, seed, step):
         consumed.append(ids(samples))
         if len(consumed) == 3:
-            M2_HOLD.touch()  # m2's update of this step waits: it is still running when m's loss is found
+            hold.hold()  # m2's update of this step waits: it is still running when m's loss is found
             os.kill(self.updater.groups["m"].ranks.pids()[0], signal.SIGKILL)
         return start(self, samples, adv, seed, step)
 
     def record_abandon(self):
-        M2_HOLD.unlink(missing_ok=True)  # the abandoned update may finish now
+        hold.release()  # the abandoned update may finish now
         abandoned.append(abandon(self))
         return abandoned[-1]
 
     monkeypatch.setattr(pacing_module.InFlightUpdates, "start", kill_then_start)
     monkeypatch.setattr(pacing_module.InFlightUpdates, "abandon", record_abandon)
     try:
-        summary = train(tiny_config(killed_dir, *common), loader=held_m2_loader)
+        summary = train(tiny_config(killed_dir, *common), loader=hold.loader)
     finally:
-        M2_HOLD.unlink(missing_ok=True)
+        hold.release()
     assert summary["checkpoint"].endswith("iter_000004")
     assert abandoned == [["m2"]]  # m2's update of the lost step was running when m's rank was found dead
     assert len(consumed) == 5 and consumed[2] == consumed[3]  # the lost step's groups, taken again
@@ -349,9 +349,9 @@ def test_per_model_pacing_ctrl_c_during_a_rollout_lets_the_running_update_land_i
 
     monkeypatch.setattr(BatchProducer, "take", interrupted_take)
     with pytest.raises(KeyboardInterrupt):
-        train(tiny_config(run_dir, *common, "run.iterations=4"), loader=held_m2_loader)
+        train(tiny_config(run_dir, *common, "run.iterations=4"), loader=m2_held.loader)
     monkeypatch.setattr(BatchProducer, "take", take)
-    assert not M2_HOLD.exists()  # the drain released it
+    assert not m2_held.held  # the drain released it
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert calls == ["m", "m2", "m", "m"] and [r["iteration"] for r in rows] == [1, 2]
     assert rows[1]["pacing/m2/in_flight"] == 1 and rows[1]["version/m2"] == 0  # m2's update ran across step 2
@@ -359,7 +359,7 @@ def test_per_model_pacing_ctrl_c_during_a_rollout_lets_the_running_update_land_i
     state = torch.load(ckpt / "trainer_state.pt", weights_only=True)
     assert state["extra"]["policy_versions"] == {"m": 2, "m2": 1}  # m2's update landed before the save
     assert read_async_state(ckpt)["held"] == {"m": 2, "m2": 1}  # and the engines hold it
-    train(tiny_config(run_dir, *common, "run.iterations=4"), resume=True, loader=held_m2_loader)  # nothing held
+    train(tiny_config(run_dir, *common, "run.iterations=4"), resume=True, loader=m2_held.loader)  # nothing held
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4]
     seen: set[tuple[str, str]] = set()
