@@ -52,8 +52,8 @@ the load. Exit code 1 when a run failed (the others are kept and ranked), 2 for 
 ``--finished-only`` trains nothing: it writes the results of the runs already finished (a benchmark stopped
 part-way, e.g. to commit what a session measured) and lists the others as ``missing``.
 
-Arguments with ``=`` are overrides wherever they stand. The quickstart took 7-36 minutes per run on 2 CPU cores
-(docs/quickstart.md; ``gae`` 29-36): the 12 presets x 3 seeds took 11.4 hours of run time in all. ``--jobs 2`` runs two at a time (one torch thread each with ``--threads 1``); on a 2-core machine
+Arguments with ``=`` are overrides wherever they stand. The quickstart took 8-36 minutes per run on 2 CPU cores
+(docs/quickstart.md; ``gae`` 30-36): the 12 presets x 3 seeds took 11.4 hours of run time in all. ``--jobs 2`` runs two at a time (one torch thread each with ``--threads 1``); on a 2-core machine
 that other jobs also use, each run is then slower.
 """
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 
-from drmas_train.algorithm.sample_advantages import sample_advantages
 from drmas_train.collect.sample_io import save_samples
 from drmas_train.collect.samples import Sample
 from drmas_train.run.config import load_config
@@ -24,7 +22,7 @@ def _module():
 
 def _call(uid, traj, agent, turn, reward, score):
     return Sample(uid, traj, agent, "m", turn, 0, [1], [2, 3], [0.0, 0.0], [1, 1], reward=reward, score=score,
-                  won=score == 1.0)  # fmt: skip
+                  won=score == 1.0, anchor_key=f"{uid}/{agent}")  # fmt: skip
 
 
 def _batch():
@@ -64,13 +62,48 @@ def test_drmas_and_grpo_on_a_hand_built_batch_golden_values():
     assert varied["corr_with_reference"] == pytest.approx(1.0) and varied["opposite_sign"] == 0
     assert varied["rms_ratio"] == pytest.approx({"solver": 1.0, "verifier": 1.0})
     assert "corr_with_reference" not in drmas["outcome_varied"]  # the reference is not compared with itself
+    assert (drmas["grouping"], grpo["grouping"]) == ("prompt_agent", "prompt")  # the groupings used
 
 
-def test_an_opposite_sign_is_counted_and_batches_are_normalised_apart():
+def test_dr_grpo_is_drmas_scaled_where_outcomes_vary_and_near_zero_where_they_do_not():
+    """Dr. GRPO (no std division): u2's trajectory scores {0.95, -0.05} give +-0.5, so its RMS is 0.5 / (1/sqrt(2)) =
+    0.7071 of Dr. MAS's for each agent; u1's {-0.05, -0.1} give +-0.025."""
+    algorithms = {p: load_config(p).algorithm for p in ("quickstart_math", "quickstart_math_dr_grpo")}
+    row = _module().overlap([_batch()], algorithms)["presets"]["quickstart_math_dr_grpo"]
+    assert row["outcome_varied"]["rms_ratio"] == pytest.approx({"solver": HALF_SQRT2, "verifier": HALF_SQRT2}, rel=1e-4)
+    assert row["outcome_varied"]["mean_abs"] == pytest.approx(0.5)
+    assert row["outcome_flat"] == pytest.approx({"nonzero_share": 1.0, "mean_abs": 0.025})
+
+
+def test_batches_are_normalised_apart_even_when_their_prompt_ids_repeat():
+    """Two batches reuse prompt id u1: one with every episode failing, one (rewards + 1) with every episode solving
+    the task. Apart, both groups are outcome-flat and Dr. MAS gives the solver calls +-1/sqrt(2), the verifier's 0
+    (as in training, each batch is normalised on its own); pooled into one group they would not be flat."""
+    fail = _batch()[:4]
+    solve = [_call(s.uid, s.traj_uid, s.agent_id, s.turn, s.reward + 1.0, 1.0) for s in fail]
+    out = _module().overlap([fail, solve], {"drmas": load_config("quickstart_math").algorithm})
+    assert out["outcome_flat_share"] == 1.0
+    assert out["presets"]["drmas"]["outcome_flat"] == pytest.approx({"nonzero_share": 0.5, "mean_abs": HALF_SQRT2 / 2},
+                                                                     rel=1e-4)  # fmt: skip
+
+
+def test_a_zero_advantage_is_not_of_opposite_sign():
+    """An outcome-varied group (scores 1 and 0.9) whose two Verifier calls have the same reward (0.9: one invalid, one
+    valid): Dr. MAS gives them 0, GRPO +-1/sqrt(2) (trajectory scores 0.95 and 0.9). Nothing is of opposite sign."""
+    group = [
+        _call("u4", "t9", "solver", 0, 1.0, 1.0), _call("u4", "t9", "verifier", 1, 0.9, 1.0),
+        _call("u4", "t10", "solver", 0, 0.9, 0.9), _call("u4", "t10", "verifier", 1, 0.9, 0.9),
+    ]  # fmt: skip
+    algorithms = {p: load_config(p).algorithm for p in ("quickstart_math", "quickstart_math_grpo")}
+    varied = _module().overlap([group], algorithms)["presets"]["quickstart_math_grpo"]["outcome_varied"]
+    assert varied["opposite_sign"] == 0
+    assert varied["rms_ratio"]["verifier"] is None and varied["rms_ratio"]["solver"] == pytest.approx(1.0, rel=1e-4)  # Dr. MAS's verifier RMS is 0
+
+
+def test_an_opposite_sign_is_counted():
     """One outcome-varied group of three episodes (scores 1, 0.45 and 0; every verifier call invalid, -0.1). Per agent
     (Dr. MAS) the solver's mean is 0.483 and its 0.45 call is below it; pooled over all six calls (``grpo_step``) the
-    mean is 0.433 and that call is above it: exactly one call of opposite sign. A second batch with the rewards
-    negated gets the negated advantages (each batch is normalised on its own, as in training)."""
+    mean is 0.433 and that call is above it: exactly one call of opposite sign."""
     mod = _module()
     group = [
         _call("u3", "t6", "solver", 0, 1.0, 1.0), _call("u3", "t6", "verifier", 1, 0.9, 1.0),
@@ -82,16 +115,41 @@ def test_an_opposite_sign_is_counted_and_batches_are_normalised_apart():
     assert out["outcome_flat_share"] == 0.0
     assert out["presets"]["quickstart_math_grpo_step"]["outcome_varied"]["opposite_sign"] == 1
     negated = [_call(s.uid, s.traj_uid, s.agent_id, s.turn, -s.reward, s.score) for s in group]
-    twice = mod.overlap([group, negated], {"drmas": algorithms["quickstart_math"], "same": algorithms["quickstart_math"]})
-    assert twice["calls"] == 12 and twice["presets"]["same"]["outcome_varied"]["corr_with_reference"] == pytest.approx(1.0)
-    np.testing.assert_allclose(sample_advantages(negated, algorithms["quickstart_math"]),
-                               -sample_advantages(group, algorithms["quickstart_math"]))  # fmt: skip
+    mirrored = mod.overlap([negated], algorithms)["presets"]["quickstart_math_grpo_step"]["outcome_varied"]
+    assert mirrored["opposite_sign"] == 1  # negating every reward negates both estimators' advantages
 
 
 def test_estimators_needing_more_than_the_samples_are_refused():
+    mod = _module()
     algorithms = {p: load_config(p).algorithm for p in ("quickstart_math", "quickstart_math_gae")}
     with pytest.raises(ValueError, match="quickstart_math_gae: estimator 'gae' needs more than the saved samples"):
-        _module().overlap([_batch()], algorithms)
+        mod.overlap([_batch()], algorithms)
+    kl = {"kl": load_config("quickstart_math_kl_reward").algorithm}
+    with pytest.raises(ValueError, match=r"kl: algorithm.overlong_buffer=0, reward_kl_coef=0.0\d+ shape the rewards"):
+        mod.overlap([_batch()], kl)
+    gigpo = {"gigpo": load_config("quickstart_math_gigpo").algorithm}  # gamma 0.95: discounted over env steps
+    with pytest.raises(ValueError, match=r"gigpo with gamma=0.95 .* \(--env-step; accepted: round, episode\)"):
+        mod.overlap([_batch()], gigpo)
+    assert mod.overlap([_batch()], gigpo, env_step="episode")["env_step"] == "episode"
+
+
+def test_a_run_is_checked_against_the_advantages_its_training_logged(tmp_path):
+    """A tiny training run with saved samples: its own algorithm recomputed offline gives every agent the advantage
+    mean and std the run logged (deviation 0 up to rounding); another algorithm does not."""
+    from drmas_train.run.config import to_yaml
+    from drmas_train.run.trainer import train
+    from helpers.tiny_rl import tiny_config, tiny_loader
+
+    mod = _module()
+    run = tmp_path / "run"
+    train(tiny_config(run, "run.iterations=2", "run.save_samples=true"), loader=tiny_loader)
+    assert mod.training_deviation(run) < 1e-9
+    assert mod.run_env_step(run) == "round"  # the tiny env's default
+    cfg = tiny_config(run, "run.iterations=2", "algorithm.estimator=grpo_step")
+    (run / "config.yaml").write_text(to_yaml(cfg))  # as if it had trained with another estimator
+    assert mod.training_deviation(run) > 0.01
+    (run / "config.yaml").write_text(to_yaml(tiny_config(run, "algorithm.estimator=gae")))
+    assert mod.training_deviation(run) is None  # not evaluable from the samples
 
 
 def test_the_script_reads_a_runs_saved_samples_and_exits_2_without_them(tmp_path, capsys):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -96,12 +97,20 @@ class UpdateHold:
     The test process takes an exclusive ``flock`` on ``path`` (:meth:`hold`); every forward pass with gradients of
     ``model_id`` under :meth:`loader` (its PPO update on a training rank, not its generation) first takes a shared
     lock on the same file, so it blocks in the kernel until :meth:`release`. The rank is another process: a lock on
-    a file both see is what crosses the boundary, and a path per test keeps two test sessions apart. A forward with
-    gradients in the holding process itself would wait on its own lock: only the Ray path's ranks may run one.
+    a file both see is what crosses the boundary, a path per test keeps two test sessions apart, and the kernel drops
+    the lock if the test process dies. A hold is released by itself after ``timeout_s`` and marks itself
+    :attr:`expired` (the fixture then fails the test), so a loop that never reaches the release point fails instead
+    of hanging. A forward with gradients of the held model in the holding process itself would wait on its own lock:
+    it raises instead (only the Ray path's ranks may run one).
     """
 
-    def __init__(self, path: str | os.PathLike, model_id: str = "m2"):
-        self.path, self.model_id, self._fd = Path(path), model_id, None
+    def __init__(self, path: str | os.PathLike, model_id: str = "m2", timeout_s: float = 600.0):
+        self.path, self.model_id, self.timeout_s = Path(path), model_id, timeout_s
+        self.expired = False  # released by the timeout, not by the test
+        self._fd: int | None = None
+        self._timer: threading.Timer | None = None
+        self._holder_pid = os.getpid()
+        self._lock = threading.Lock()
         self.path.touch()
 
     @property
@@ -109,21 +118,41 @@ class UpdateHold:
         return self._fd is not None
 
     def hold(self) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        with self._lock:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDWR)
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                self._timer = threading.Timer(self.timeout_s, self._expire)
+                self._timer.daemon = True
+                self._timer.start()
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.close(self._fd)
+                self._fd = None
 
-    def __getstate__(self):  # pickled to the ranks with :meth:`loader`: the lock stays with the holder
-        return {"path": self.path, "model_id": self.model_id, "_fd": None}
+    def _expire(self) -> None:
+        self.expired = True
+        self.release()
+
+    def __getstate__(self):  # pickled to the ranks with :meth:`loader`: the lock and its timer stay with the holder
+        return {"path": self.path, "model_id": self.model_id, "timeout_s": self.timeout_s, "holder_pid": self._holder_pid}
+
+    def __setstate__(self, state):
+        self.path, self.model_id, self.timeout_s = state["path"], state["model_id"], state["timeout_s"]
+        self.expired, self._fd, self._timer, self._lock = False, None, None, threading.Lock()
+        self._holder_pid = state["holder_pid"]
 
     def _wait_while_held(self, module, args):
         if torch.is_grad_enabled():
+            if os.getpid() == self._holder_pid and self._fd is not None:
+                raise RuntimeError(f"{self.model_id}'s update ran in the process holding its UpdateHold: it would wait "
+                                   "on its own lock (only a training rank in another process can be held)")  # fmt: skip
             with open(self.path, "rb") as f:
                 fcntl.flock(f, fcntl.LOCK_SH)  # blocks while the test holds the exclusive lock
 

@@ -219,6 +219,7 @@ def m2_held(monkeypatch, tmp_path):
     hold.hold()
     yield hold
     hold.release()
+    assert not hold.expired, f"m2's update was still held after {hold.timeout_s} s: the loop never released it"
 
 
 def test_per_model_pacing_with_a_barrier_at_every_step_is_the_sync_run(sync_run, tmp_path):
@@ -318,6 +319,7 @@ def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_
         summary = train(tiny_config(killed_dir, *common), loader=hold.loader)
     finally:
         hold.release()
+    assert not hold.expired, f"m2's update was still held after {hold.timeout_s} s: the loop never abandoned it"
     assert summary["checkpoint"].endswith("iter_000004")
     assert abandoned == [["m2"]]  # m2's update of the lost step was running when m's rank was found dead
     assert len(consumed) == 5 and consumed[2] == consumed[3]  # the lost step's groups, taken again
