@@ -128,17 +128,22 @@ class UpdateHold:
 
     def release(self) -> None:
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            if self._fd is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-                os.close(self._fd)
-                self._fd = None
+            self._release_locked()
+
+    def _release_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
     def _expire(self) -> None:
-        self.expired = True
-        self.release()
+        with self._lock:
+            if self._timer is threading.current_thread():  # else released (or held again) meanwhile: not this hold's
+                self.expired = True
+                self._release_locked()
 
     def __getstate__(self):  # pickled to the ranks with :meth:`loader`: the lock and its timer stay with the holder
         return {"path": self.path, "model_id": self.model_id, "timeout_s": self.timeout_s, "holder_pid": self._holder_pid}
@@ -150,10 +155,14 @@ class UpdateHold:
 
     def _wait_while_held(self, module, args):
         if torch.is_grad_enabled():
-            if os.getpid() == self._holder_pid and self._fd is not None:
-                raise RuntimeError(f"{self.model_id}'s update ran in the process holding its UpdateHold: it would wait "
-                                   "on its own lock (only a training rank in another process can be held)")  # fmt: skip
             with open(self.path, "rb") as f:
+                if os.getpid() == self._holder_pid:  # this object or a copy of it in the holding process
+                    try:
+                        fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        raise RuntimeError(f"{self.model_id}'s update ran in the process holding its UpdateHold: it "
+                                           "would wait on its own lock (only a rank in another process can be held)") from None  # fmt: skip
+                    return
                 fcntl.flock(f, fcntl.LOCK_SH)  # blocks while the test holds the exclusive lock
 
     def loader(self, spec, model_id):
