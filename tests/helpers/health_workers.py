@@ -73,4 +73,3 @@ def run(rank: int, world: int, tmp: str) -> None:
         record[strategy] = gathered
     if rank == 0:
         torch.save(record, Path(tmp) / "health.pt")
-    dist.destroy_process_group()

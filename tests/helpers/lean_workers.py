@@ -127,4 +127,3 @@ def run(rank: int, world: int, tmp: str) -> None:
                             "second": second, "ratios": gathered, "share_prompts": one.share_prompts}  # fmt: skip
     if rank == 0:
         torch.save(record, Path(tmp) / "lean.pt")
-    dist.destroy_process_group()

@@ -16,6 +16,7 @@ import torch
 from drmas_train.algorithm.optim import build_optimizer
 from drmas_train.algorithm.update import ppo_update
 from helpers.health_workers import OPTIM, run, samples_and_advantages, settings
+from helpers.spawn_ranks import spawn_ranks
 
 WORLD = 2
 pytestmark = pytest.mark.slow  # two spawned ranks import torch and transformers: ~60 s on 2 loaded cores
@@ -23,10 +24,8 @@ pytestmark = pytest.mark.slow  # two spawned ranks import torch and transformers
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    import torch.multiprocessing as mp
-
     tmp = tmp_path_factory.mktemp("health")
-    mp.spawn(run, args=(WORLD, str(tmp)), nprocs=WORLD, join=True)
+    spawn_ranks(run, WORLD, tmp)
     return torch.load(tmp / "health.pt", weights_only=False)
 
 

@@ -57,13 +57,12 @@ def _hf_config_dir(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """The scenario of ``ckpt_workers.run`` on 2 gloo ranks: ``(tmp dir, [rank 0 record, rank 1 record])``."""
-    import torch.multiprocessing as mp
-
     from helpers.ckpt_workers import run
+    from helpers.spawn_ranks import spawn_ranks
 
     tmp = tmp_path_factory.mktemp("dcp")
     _hf_config_dir(tmp / "config")
-    mp.spawn(run, args=(WORLD, str(tmp)), nprocs=WORLD, join=True)
+    spawn_ranks(run, WORLD, tmp)
     return tmp, [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

@@ -18,16 +18,15 @@ import torch
 from drmas_train.algorithm.optim import build_optimizer
 from drmas_train.algorithm.update import ppo_update
 from helpers.lean_workers import ADV, OPTIM, base_model, grouped_samples, run, settings
+from helpers.spawn_ranks import spawn_ranks
 
 WORLD = 2
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    import torch.multiprocessing as mp
-
     tmp = tmp_path_factory.mktemp("lean")
-    mp.spawn(run, args=(WORLD, str(tmp)), nprocs=WORLD, join=True)
+    spawn_ranks(run, WORLD, tmp)
     return torch.load(tmp / "lean.pt", weights_only=False)
 
 
