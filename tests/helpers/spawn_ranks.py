@@ -5,12 +5,12 @@ A rank body ``fn(rank, world, tmp)`` initialises its process group, does its col
 checks under ``tmp``. :func:`spawn_ranks` runs it, then on each rank writes ``tmp/done.<rank>`` (the body returned:
 its collectives are over and its results written), destroys the process group and leaves with ``os._exit(0)``.
 
-Why: once in a full CI run (2026-12-03) rank 1 of ``test_lean_ranks`` died with SIGABRT ("terminate called without
-an active exception", a C++ thread still joinable when its owner is destroyed) while ending, after the body, and
-``spawn`` then killed rank 0 and failed the fixture; it did not recur in 9 runs of the module alone or after its
-neighbours. Skipping the interpreter's teardown removes that window. A rank that still dies after every rank's body
-returned is reported as a warning, not a failure: the results on disk are complete; a rank that dies before (in
-the body) fails the fixture as before.
+Why: once in a full CI rehearsal (2026-12-03) rank 1 of ``test_lean_ranks`` died with SIGABRT ("terminate called
+without an active exception": a C++ thread still joinable when its owner is destroyed, as at teardown), ``spawn``
+killed rank 0 and the fixture failed; it did not recur in 9 runs of the module alone or after its neighbours, and
+where in the rank it happened is not known. Skipping the interpreter's teardown removes the likeliest window, and a
+rank that dies after every rank's body returned (in the group's destruction or the exit) is reported as a warning,
+not a failure: the results on disk are complete. A rank that dies in its body fails the fixture as before.
 """
 
 from __future__ import annotations
