@@ -48,6 +48,7 @@ from drmas_train.algorithm.sample_advantages import sample_advantages
 from drmas_train.collect.sample_io import load_samples
 from drmas_train.collect.samples import Sample
 from drmas_train.run.config import from_yaml, load_config
+from drmas_train.run.metrics_log import read_metrics
 
 DEFAULT_PRESETS = ("quickstart_math", "quickstart_math_grpo", "quickstart_math_dr_grpo", "quickstart_math_rloo",
                    "quickstart_math_reinforce_pp_baseline", "quickstart_math_reinforce_pp", "quickstart_math_grpo_step",
@@ -155,8 +156,8 @@ def overlap(batches: Sequence[Sequence[Sample]], algorithms: dict[str, Any], *, 
     return out
 
 
-def run_batches(run_dir: str | Path) -> list[list[Sample]]:
-    """The saved batches of one run, in iteration order (``samples/iter_*.jsonl`` or ``.parquet``).
+def run_batches(run_dir: str | Path) -> dict[int, list[Sample]]:
+    """The saved batches of one run by iteration, in iteration order (``samples/iter_<i>.jsonl`` or ``.parquet``).
 
     Raises:
         FileNotFoundError: the run has no saved samples (trained without ``run.save_samples``).
@@ -165,7 +166,7 @@ def run_batches(run_dir: str | Path) -> list[list[Sample]]:
     if not files:
         raise FileNotFoundError(f"{run_dir}: no samples/iter_*.jsonl or .parquet (the run must be trained with "
                                 "run.save_samples=true)")  # fmt: skip
-    return [load_samples(f) for f in files]
+    return {int(f.stem.split("_")[-1]): load_samples(f) for f in files}
 
 
 def run_env_step(run_dir: str | Path) -> str:
@@ -183,7 +184,8 @@ def run_env_step(run_dir: str | Path) -> str:
     return env.metadata.get("reference_env_step", "round")
 
 
-def training_deviation(run_dir: str | Path, env_step: str | None = None) -> float | None:
+def training_deviation(run_dir: str | Path, env_step: str | None = None,
+                       batches: dict[int, list[Sample]] | None = None) -> float | None:
     """How far the advantages recomputed here under the run's own ``algorithm`` are from what its training logged:
     the largest absolute difference, over iterations and agents, between each agent's mean and std of the recomputed
     advantages and the run's ``adv/<agent>/mean`` and ``adv/<agent>/std`` (``metrics.jsonl``). 0 up to rounding when
@@ -192,6 +194,10 @@ def training_deviation(run_dir: str | Path, env_step: str | None = None) -> floa
 
     Args:
         env_step: GiGPO's env step; default: the run's env's (:func:`run_env_step`).
+        batches: the run's :func:`run_batches`, when already read.
+
+    Raises:
+        FileNotFoundError: the run has no saved samples.
     """
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file() or not (run_dir / "metrics.jsonl").is_file():
@@ -202,15 +208,9 @@ def training_deviation(run_dir: str | Path, env_step: str | None = None) -> floa
     except ValueError:
         return None
     kw = {"env_step": env_step or run_env_step(run_dir)} if needs_env_step(algorithm) else {}
-    rows = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            rows[row.get("iteration")] = row
+    rows = {row.get("iteration"): row for row in read_metrics(run_dir / "metrics.jsonl")}
     worst = 0.0
-    for f in sorted([*run_dir.glob("samples/iter_*.jsonl"), *run_dir.glob("samples/iter_*.parquet")]):
-        iteration = int(f.stem.split("_")[-1])
-        samples = load_samples(f)
+    for iteration, samples in (run_batches(run_dir) if batches is None else batches).items():
         adv = np.asarray(sample_advantages(samples, algorithm, **kw), dtype=np.float64)
         agent = np.array([s.agent_id for s in samples])
         for g in sorted(set(agent)):
@@ -239,7 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not runs:
             raise FileNotFoundError(f"none of {args.runs} is a directory")
         algorithms = {name: load_config(name).algorithm for name in args.presets}
-        batches = [b for run in runs for b in run_batches(run)]
+        per_run = {r: run_batches(r) for r in runs}
+        batches = [b for by_iteration in per_run.values() for b in by_iteration.values()]
         env_step = args.env_step
         if env_step is None and any(needs_env_step(a) for a in algorithms.values()):
             steps = {run_env_step(r) for r in runs}
@@ -247,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"the runs' envs have different env steps ({sorted(steps)}): compare one env at a time")
             env_step = steps.pop()
         result = overlap(batches, algorithms, env_step=env_step)
-        checks = {r: training_deviation(r, args.env_step) for r in runs}
+        checks = {r: training_deviation(r, args.env_step, per_run[r]) for r in runs}
     except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
