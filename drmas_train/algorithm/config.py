@@ -23,9 +23,9 @@ from drmas_train.algorithm.advantages import (
 )
 from drmas_train.algorithm.gae import GAMMA, LAM
 from drmas_train.algorithm.losses import KL_ESTIMATORS, LOSS_FIELDS, PolicyLossConfig
-from drmas_train.algorithm.precision import AUTOCAST_MODES
 from drmas_train.algorithm.reward_shaping import KL_CONTROLS
 from drmas_train.errors import ConfigError, require
+from drmas_train.model.precision import AUTOCAST_MODES, MASTER_DTYPES
 
 __all__ = ["AlgorithmConfig", "OptimConfig", "CriticConfig", "MINI_BATCH_ORDERS", "BATCH_PADDINGS", "CRITIC_PER"]
 
@@ -203,8 +203,14 @@ class OptimConfig:
     """0 = off; k = recompute every k-th decoder layer in the backward (about 18x less activation memory at k = 1
     for a third more forward compute; group prompts are then not shared)."""
     autocast: str = "off"
-    """``off`` | ``bf16`` | ``auto`` (bf16 where matmuls are native bf16: CUDA or AMX CPUs;
-    :mod:`drmas_train.algorithm.precision`)."""
+    """the compute dtype of *float32* models: ``off`` (float32) | ``bf16`` | ``auto`` (bf16 where the device runs bf16
+    matmuls natively and faster: CUDA, or a CPU with AVX512-BF16 or AMX; :mod:`drmas_train.model.precision`). A model
+    whose ``models.<key>.dtype`` is ``bfloat16`` always computes in bf16."""
+    master_dtype: str = "float32"
+    """the dtype trained full weights and their AdamW state are held in: ``float32`` (the reference's actor: float32
+    masters, computed in ``models.<key>.dtype`` under autocast, FSDP2 casting with ``MixedPrecisionPolicy``) | ``model``
+    (the model's own dtype: a bf16 model steps bf16 weights, where steps below half a weight's spacing round away;
+    warned). :mod:`drmas_train.model.precision`."""
     offload: bool = False
     """keep AdamW's state in host memory between updates, on the device only during each update (and the critics'
     too): the reference's ``fsdp_config.optimizer_offload=True`` (``run_math.sh:67``, ``run_search.sh:65``), set in
@@ -225,6 +231,8 @@ class OptimConfig:
         require(budget == "auto" or (isinstance(budget, int) and not isinstance(budget, bool) and budget >= 1),
                 f"optim.micro_batch_tokens must be an int >= 1 or 'auto', got {budget!r}")  # fmt: skip
         require(self.autocast in AUTOCAST_MODES, f"optim.autocast={self.autocast!r}; accepted: {', '.join(AUTOCAST_MODES)}")
+        require(self.master_dtype in MASTER_DTYPES,
+                f"optim.master_dtype={self.master_dtype!r}; accepted: {', '.join(MASTER_DTYPES)}")  # fmt: skip
         require(self.activation_checkpointing >= 0,
                 f"optim.activation_checkpointing must be >= 0, got {self.activation_checkpointing}")  # fmt: skip
         require(self.warmup_steps >= 0, f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")

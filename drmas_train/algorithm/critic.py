@@ -25,7 +25,6 @@ import torch
 from drmas_train.algorithm.config import CRITIC_PER
 from drmas_train.algorithm.losses import value_loss
 from drmas_train.algorithm.optim import ModelOptimizer, build_optimizer
-from drmas_train.algorithm.precision import resolve_autocast
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import (
     UpdateHooks,
@@ -37,6 +36,7 @@ from drmas_train.algorithm.update import (
 )
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward
+from drmas_train.model.precision import forward_dtype
 from drmas_train.model.prefill import can_stitch
 from drmas_train.model.value_model import ValueModel, forward_values
 
@@ -131,7 +131,7 @@ def critic_values(
     hooks = UpdateHooks(forward, agree_budget=agree_budget or (lambda tokens: tokens))
     budget = _value_budget(module, samples, settings, hooks)
     device = next(module.parameters()).device
-    autocast_dtype = resolve_autocast(settings.autocast, device)
+    autocast_dtype = forward_dtype(settings.autocast, module)
     share = shares_value_prompts(module, settings)
     out: list[np.ndarray] = [np.zeros(0)] * len(samples)
     module.eval()
@@ -195,7 +195,7 @@ def value_update(
         return {}
     hooks = hooks or UpdateHooks(Forward.of(critic))
     module = hooks.forward.module
-    autocast_dtype = resolve_autocast(settings.autocast, next(module.parameters()).device)
+    autocast_dtype = forward_dtype(settings.autocast, module)
     old_values, returns = np.asarray(old_values, dtype=np.float32), np.asarray(returns, dtype=np.float32)
     clip, agg = settings.critic.value_clip, settings.loss.loss_agg
     share = shares_value_prompts(module, settings)

@@ -26,57 +26,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.algorithm.agent_grads import AGENT_PREFIX
-from drmas_train.algorithm.precision import resolve_autocast
+from drmas_train.algorithm.logprob_drift import agent_logprob_gaps, logprob_mismatch
 from drmas_train.algorithm.settings import UpdateSettings
-from drmas_train.algorithm.update import advantage_rows, plan_micro_batches, shares_prompts
+from drmas_train.algorithm.update import (
+    advantage_rows,
+    plan_micro_batches,
+    reuses_update_forward,
+    shares_prompts,
+)
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward, forward_logprobs
+from drmas_train.model.precision import forward_dtype
 
 __all__ = ["recompute_old_logprobs", "logprob_mismatch", "agent_logprob_gaps"]
-
-
-def logprob_mismatch(
-    engine: Sequence[Sequence[float]], recomputed: Sequence[Sequence[float]], masks: Sequence[Sequence[int]]
-) -> dict[str, float]:
-    """Drift between the engine's and the trainer's log-probs of the same tokens, over tokens with mask 1.
-
-    Args:
-        engine: B rows of the rollout engine's per-token log-probs (nats; row b has T_b entries).
-        recomputed: B rows of the training model's log-probs of the same tokens (same lengths).
-        masks: B rows of response masks (1 = token counts in the loss).
-
-    Returns:
-        ``old_logprob_abs_diff_max`` / ``old_logprob_abs_diff_mean``: max and mean of ``|Δ log p|`` (nats);
-        ``old_prob_abs_diff_max`` / ``_mean`` / ``_std`` (n - 1): the same for ``|Δ p|``, the reference's
-        ``rollout_probs_diff_{max,mean,std}`` (langfengQ/DrMAS verl/trainer/ppo/ray_trainer.py:1290-1298);
-        ``old_logprob_tokens``: how many tokens were compared. Empty dict when no token has mask 1.
-
-    Raises:
-        ValueError: rows of different counts or lengths.
-    """
-    if not len(engine) == len(recomputed) == len(masks):
-        raise ValueError(f"got {len(engine)} engine rows, {len(recomputed)} recomputed rows and {len(masks)} masks")
-    diffs_lp, diffs_p = [], []
-    for b, (e, r, m) in enumerate(zip(engine, recomputed, masks, strict=True)):
-        if not len(e) == len(r) == len(m):
-            raise ValueError(f"row {b}: {len(e)} engine log-probs, {len(r)} recomputed, {len(m)} mask entries")
-        keep = np.asarray(m, dtype=bool)
-        e_np, r_np = np.asarray(e, dtype=np.float64)[keep], np.asarray(r, dtype=np.float64)[keep]
-        diffs_lp.append(np.abs(e_np - r_np))
-        diffs_p.append(np.abs(np.exp(e_np) - np.exp(r_np)))
-    lp = np.concatenate(diffs_lp) if diffs_lp else np.zeros(0)
-    if lp.size == 0:
-        return {}
-    p = np.concatenate(diffs_p)
-    return {
-        "old_logprob_abs_diff_max": float(lp.max()),
-        "old_logprob_abs_diff_mean": float(lp.mean()),
-        "old_prob_abs_diff_max": float(p.max()),
-        "old_prob_abs_diff_mean": float(p.mean()),
-        "old_prob_abs_diff_std": float(p.std(ddof=1)) if p.size > 1 else 0.0,  # torch.std: n - 1, as the reference
-        "old_logprob_tokens": float(lp.size),
-    }
 
 
 @torch.no_grad()
@@ -135,7 +97,7 @@ def recompute_old_logprobs(
     was_training = module.training
     module.eval()
     device = next(module.parameters()).device
-    autocast_dtype = resolve_autocast(settings.autocast, device)
+    autocast_dtype = forward_dtype(settings.autocast, module)
     try:
         for micro in micros:
             batch = [picked[i] for i in micro]
@@ -159,25 +121,6 @@ def recompute_old_logprobs(
     return out, metrics
 
 
-def agent_logprob_gaps(samples: Sequence[Sample], recomputed: Sequence[Sequence[float]]) -> dict[str, float]:
-    """The engine/trainer log-prob gap per agent: ``agent/<a>/logprob_gap_mean`` and ``agent/<a>/logprob_gap_max``,
-    the mean and max of ``|log p_engine - log p_trainer|`` (nats) over the agent's tokens with mask 1
-    (:func:`logprob_mismatch` of its samples). Agents without such tokens are left out.
-
-    Args:
-        samples: (B,) samples with the engine's ``old_logprobs``. recomputed: B rows of the trainer's log-probs.
-    """
-    out: dict[str, float] = {}
-    for agent in sorted({s.agent_id for s in samples}):
-        rows = [i for i, s in enumerate(samples) if s.agent_id == agent]
-        m = logprob_mismatch([samples[i].old_logprobs for i in rows], [recomputed[i] for i in rows],
-                             [samples[i].response_mask for i in rows])  # fmt: skip
-        if m:
-            out[f"{AGENT_PREFIX}{agent}/logprob_gap_mean"] = m["old_logprob_abs_diff_mean"]
-            out[f"{AGENT_PREFIX}{agent}/logprob_gap_max"] = m["old_logprob_abs_diff_max"]
-    return out
-
-
 def old_logprobs_for_update(
     model: Any,
     samples: Sequence[Sample],
@@ -186,10 +129,13 @@ def old_logprobs_for_update(
     *,
     pad_token_id: int,
     agree_budget: Callable[[int], int] | None = None,
+    world_size: int = 1,
 ) -> tuple[list[Sample], dict[str, float]]:
     """π_old of one model's samples just before its PPO update: recomputed with ``model`` when
     ``settings.recompute_old_logprobs`` (``algorithm.recompute_old_logprobs``, the reference's default), else the
-    rollout engine's, unchanged.
+    rollout engine's, unchanged. A strictly on-policy update (:func:`~drmas_train.algorithm.update.reuses_update_forward`
+    with ``world_size`` processes) takes π_old from its own forward instead: the samples come back unchanged with no
+    metrics, and the caller passes ``old_from_forward=True`` to :func:`~drmas_train.algorithm.update.ppo_update`.
 
     Only samples the loss reads are recomputed: a sample with advantage exactly 0 contributes nothing unless the
     KL or entropy term is on. Both the single-process updater and every Ray training rank call this (on a rank,
@@ -203,11 +149,12 @@ def old_logprobs_for_update(
 
     Returns:
         ``(samples, metrics)``: the samples to update on and the engine/trainer mismatch metrics
-        (:func:`logprob_mismatch`; empty when not recomputed).
+        (:func:`logprob_mismatch`, with ``old_logprob_reused`` = 0: a separate forward ran; empty when none ran).
     """
-    if not settings.recompute_old_logprobs:
+    if not settings.recompute_old_logprobs or reuses_update_forward(settings, world_size):
         return list(samples), {}
     loss = settings.loss
     used = advantage_rows(advantages) | bool(loss.kl_coef) | bool(loss.entropy_coef)  # what the loss reads
-    return recompute_old_logprobs(model, samples, settings, pad_token_id=pad_token_id, select=used,
-                                  agree_budget=agree_budget)  # fmt: skip
+    samples, metrics = recompute_old_logprobs(model, samples, settings, pad_token_id=pad_token_id, select=used,
+                                              agree_budget=agree_budget)  # fmt: skip
+    return samples, {**metrics, "old_logprob_reused": 0.0} if metrics else metrics

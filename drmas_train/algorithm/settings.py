@@ -55,7 +55,7 @@ class UpdateSettings:
         micro_batch_tokens: token budget of one forward/backward, or ``"auto"`` (``optim.micro_batch_tokens``).
         activation_checkpointing: 0 = off, k = recompute every k-th decoder layer (``optim.*``).
         autocast: ``off`` | ``bf16`` | ``auto`` (``optim.autocast``), resolved for each model's device
-            (:func:`drmas_train.algorithm.precision.resolve_autocast`).
+            (:func:`drmas_train.model.precision.resolve_autocast`).
         recompute_old_logprobs: recompute π_old with the training model first (``algorithm.*``, the reference's).
         agent_grad_norms: split each step's gradient into its agents' parts (``optim.agent_grad_norms``;
             :mod:`drmas_train.algorithm.agent_grads`).

@@ -32,15 +32,17 @@ import torch
 
 from drmas_train.algorithm.agent_grads import AgentGradients, agent_segments
 from drmas_train.algorithm.batch_layout import LossLayout, minibatch_layout, reference_layout
+from drmas_train.algorithm.logprob_drift import agent_logprob_gaps, logprob_mismatch
 from drmas_train.algorithm.losses import policy_loss
 from drmas_train.algorithm.optim import ModelOptimizer, micro_batches, prompt_micro_batches
-from drmas_train.algorithm.precision import resolve_autocast
 from drmas_train.algorithm.settings import UpdateSettings
+from drmas_train.algorithm.update_size import UpdateSizeProbe
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import Forward, can_share_prompts, forward_logprobs
+from drmas_train.model.precision import forward_dtype
 
 __all__ = ["ppo_update", "run_epochs", "MicroStep", "advantage_rows", "pad_right", "UpdateHooks", "shares_prompts",
-           "plan_micro_batches", "micro_batch_budget", "activation_checkpointing", "loss_layout", "check_behaviour_logprobs"]
+           "plan_micro_batches", "reuses_update_forward", "micro_batch_budget", "activation_checkpointing", "loss_layout", "check_behaviour_logprobs"]
 
 
 def shares_prompts(model: Any, settings: UpdateSettings) -> bool:
@@ -49,6 +51,16 @@ def shares_prompts(model: Any, settings: UpdateSettings) -> bool:
     Micro-batches count a shared prompt once only where this holds."""
     return (settings.share_prompts and not settings.activation_checkpointing
             and can_share_prompts(model, settings.lm_head_chunk))  # fmt: skip
+
+
+def reuses_update_forward(settings: UpdateSettings, world_size: int = 1) -> bool:
+    """Whether π_old is taken from the update's own forward instead of a separate one: the update is strictly
+    on-policy (π_old recomputed with the training weights, ``ppo_epochs`` = ``mini_batches`` = 1, so the first and only
+    forward of each sample runs on the weights π_old would be computed with, in the same micro-batches) and one
+    process trains the model (on several ranks each sees only its passes, so the drift metrics would be partial).
+    The loss, its gradient and the step are those of the separate recompute (its ratio is 1 on every token); the
+    forward is saved (TRL likewise reuses the detached log-probs when ``num_iterations == 1``)."""
+    return settings.recompute_old_logprobs and settings.ppo_epochs == 1 and settings.mini_batches == 1 and world_size == 1
 
 
 def plan_micro_batches(samples: Sequence[Sample], token_budget: int, *, share: bool, by_agent: bool = False) -> list[list[int]]:
@@ -207,6 +219,7 @@ def ppo_update(
     ref_model: Any = None,
     seed: int = 0,
     hooks: UpdateHooks | None = None,
+    old_from_forward: bool = False,
 ) -> dict[str, float]:
     """Run the PPO epochs of one model and return its metrics.
 
@@ -228,12 +241,18 @@ def ppo_update(
         seed: seeds the mini-batch shuffle of ``mini_batch_order="shuffle"`` (numpy Generator; deterministic given
             the iteration).
         hooks: run as one of several processes training the model together (:class:`UpdateHooks`); None = alone.
+        old_from_forward: take π_old from this update's own forward (detached) instead of ``Sample.old_logprobs``,
+            which then stay the engine's (:func:`reuses_update_forward` says when that equals a separate recompute);
+            the engine/trainer drift metrics (:mod:`drmas_train.algorithm.logprob_drift`) are then computed here.
 
     Returns:
         ``grad_norm`` (mean pre-clip norm over steps) and ``grad_norm_max``, ``steps``, ``skipped_steps`` (non-finite
-        norms this call), ``lr``, ``micro_batch_tokens`` (the budget used), and the token-weighted means of the loss
+        norms this call), ``lr``, ``micro_batch_tokens`` (the budget used), ``update_rel`` and ``update_changed_frac``
+        (how far the steps moved the weights, :mod:`drmas_train.algorithm.update_size`), and the token-weighted means of the loss
         metrics (``pg_loss``, ``clipfrac_upper``, ``clipfrac_lower``, ``dual_clipfrac``, ``approx_kl``, ``ratio_mean``,
-        ``entropy``, ``kl``); with ``hooks``, reduced over the processes (identical in each). With
+        ``entropy``, ``kl``); with ``hooks``, reduced over the processes (identical in each). With ``old_from_forward``
+        also the drift metrics of :func:`~drmas_train.algorithm.logprob_drift.logprob_mismatch` and
+        :func:`~drmas_train.algorithm.logprob_drift.agent_logprob_gaps`, and ``old_logprob_reused`` = 1. With
         ``settings.agent_grad_norms``, per agent ``agent/<a>/{grad_norm,grad_norm_max,grad_share,loss_share,grad_ratio}``
         (:meth:`drmas_train.algorithm.agent_grads.AgentGradients.metrics`; identical in every process).
 
@@ -250,21 +269,36 @@ def ppo_update(
     share_prompts = shares_prompts(hooks.forward.module, settings)  # micro-batches count a shared prompt once only then
     loss_cfg = settings.loss
     fwd = {"lm_head_chunk": settings.lm_head_chunk, "share_prompts": share_prompts}
-    autocast_dtype = resolve_autocast(settings.autocast, next(hooks.forward.module.parameters()).device)
+    autocast_dtype = forward_dtype(settings.autocast, hooks.forward.module)
     skip_zero = settings.skip_zero_advantage and not loss_cfg.kl_coef and not loss_cfg.entropy_coef
     advantages = np.asarray(advantages)
+    first_forward: dict[int, list[float]] = {}  # sample -> π_old from the update's forward (old_from_forward)
 
     def step(batch: list[Sample], rows: np.ndarray, denom: float | torch.Tensor) -> tuple[dict[str, float], float]:
         adv = torch.as_tensor(advantages[rows], dtype=torch.float32)  # (b,) or (b, T)
+        reuse = None
+        if old_from_forward:
+            def reuse(logprobs: torch.Tensor) -> torch.Tensor:  # (b, T) -> π_old (b, T): the forward, detached
+                old = logprobs.detach()
+                for j, (i, s) in enumerate(zip(rows.tolist(), batch, strict=True)):
+                    first_forward.setdefault(i, old[j, : len(s.response_ids)].float().cpu().tolist())
+                return old
         return _micro_step(hooks.forward, batch, adv, loss_cfg, pad_token_id, settings.temperature, denom, ref_model,
-                           fwd, autocast_dtype)  # fmt: skip
+                           fwd, autocast_dtype, reuse)  # fmt: skip
 
     with activation_checkpointing(hooks.forward.module, settings.activation_checkpointing):
         budget = micro_batch_budget(model, samples, settings, hooks, lm_head_chunk=settings.lm_head_chunk)
-        return run_epochs(model, opt, samples, settings, seed=seed, hooks=hooks, budget=budget, step=step,
-                          share_prompts=share_prompts, additive=("pg_loss",),
-                          keep=advantage_rows(advantages) if skip_zero else None,
-                          agent_grads=settings.agent_grad_norms)  # fmt: skip
+        out = run_epochs(model, opt, samples, settings, seed=seed, hooks=hooks, budget=budget, step=step,
+                         share_prompts=share_prompts, additive=("pg_loss",),
+                         keep=advantage_rows(advantages) if skip_zero else None,
+                         agent_grads=settings.agent_grad_norms)  # fmt: skip
+    if old_from_forward and first_forward:
+        seen = sorted(first_forward)
+        picked = [samples[i] for i in seen]
+        rows_lp = [first_forward[i] for i in seen]
+        out.update(logprob_mismatch([s.old_logprobs for s in picked], rows_lp, [s.response_mask for s in picked]))
+        out.update(agent_logprob_gaps(picked, rows_lp), old_logprob_reused=1.0)
+    return out
 
 
 @contextlib.contextmanager
@@ -334,7 +368,8 @@ def run_epochs(
 
     Returns:
         the metrics (reduced over the processes) plus ``micro_batch_tokens``, ``grad_norm`` (mean pre-clip norm),
-        ``grad_norm_max``, ``steps``, ``skipped_steps`` and ``lr``; with ``agent_grads`` the per-agent metrics
+        ``grad_norm_max``, ``steps``, ``skipped_steps``, ``lr``, and how far the steps moved the weights,
+        ``update_rel`` and ``update_changed_frac`` (:mod:`drmas_train.algorithm.update_size`); with ``agent_grads`` the per-agent metrics
         (:meth:`~drmas_train.algorithm.agent_grads.AgentGradients.metrics`).
     """
     n = hooks.average_over
@@ -345,6 +380,7 @@ def run_epochs(
     norms: list[float] = []
     skipped = 0
     split = AgentGradients(opt.params, hooks.sum_shards) if agent_grads else None
+    probe = UpdateSizeProbe(opt.params, hooks.sum_shards)  # how far each step moved the weights
     model.train()
     try:
         for _ in range(settings.ppo_epochs):
@@ -373,7 +409,9 @@ def run_epochs(
                     weight += tokens
                 if split is not None:
                     split.end_mini_batch(samples, layout, b, settings.loss.loss_agg)
+                probe.before()
                 norm, stepped = opt.step()
+                probe.after()
                 norms.append(norm)
                 skipped += not stepped
     finally:
@@ -388,15 +426,17 @@ def run_epochs(
         steps=float(len(norms)),
         skipped_steps=float(skipped),
         lr=opt.lr,
+        **probe.metrics(),
     )
     if split is not None:
         out.update(split.metrics())
     return out
 
 
-def _micro_step(forward, batch, adv, loss_cfg, pad_token_id, temperature, denom, ref_model, fwd, autocast_dtype):
+def _micro_step(forward, batch, adv, loss_cfg, pad_token_id, temperature, denom, ref_model, fwd, autocast_dtype,
+                reuse=None):  # fmt: skip
     """Forward + backward of one micro-batch (``adv``: (b,) or (b, T') advantages); returns its metrics and
-    real-token count."""
+    real-token count. ``reuse``: ``reuse(logprobs) -> old`` takes π_old from this forward (else the samples')."""
     prompts = [s.prompt_ids for s in batch]
     responses = [s.response_ids for s in batch]
     device = next(forward.module.parameters()).device
@@ -408,7 +448,10 @@ def _micro_step(forward, batch, adv, loss_cfg, pad_token_id, temperature, denom,
         T = logprobs.shape[1]
         if adv.dim() == 2:  # per-token advantages, padded to the batch's longest response: this micro-batch's T
             adv = adv[:, :T]
-        old = pad_right([s.old_logprobs for s in batch], T).to(logprobs.device)  # (b, T)
+        if reuse is not None:  # strictly on-policy: π_old is this very forward
+            old = reuse(logprobs)  # (b, T)
+        else:
+            old = pad_right([s.old_logprobs for s in batch], T).to(logprobs.device)  # (b, T)
         mask = mask * pad_right([s.response_mask for s in batch], T).to(mask.device)  # (b, T): drop masked tokens
         ref = None
         if loss_cfg.kl_coef:

@@ -32,6 +32,7 @@ from drmas_train.backends.base import (
 )
 from drmas_train.model.adapters import activate
 from drmas_train.model.logprobs import cache_kwarg
+from drmas_train.model.precision import AUTOCAST_MODES, forward_dtype
 from drmas_train.model.prefill import can_stitch, prefill
 
 __all__ = ["HFBackend", "TokenCallback", "filter_logits", "next_tokens", "sample_categorical", "sample_weights"]
@@ -178,9 +179,12 @@ class HFBackend(ChatTokenBackend):
         max_batch_size: rows (prompts x n) decoded together; larger batches are split.
         prefill_token_budget: most prompt tokens (padding included) per prefill forward; bounds activation memory.
         seed: seeds this backend's own generator, used when ``SamplingParams.seed`` is None.
+        autocast: ``off`` | ``bf16`` | ``auto``: the compute dtype of a float32 model's decoding
+            (:func:`drmas_train.model.precision.resolve_autocast`); a model marked to compute in bf16 over float32
+            master weights decodes in bf16 whatever this says (:func:`~drmas_train.model.precision.forward_dtype`).
 
     Raises:
-        ValueError: ``max_batch_size`` or ``prefill_token_budget`` below 1.
+        ValueError: ``max_batch_size`` or ``prefill_token_budget`` below 1, or an unknown ``autocast``.
     """
 
     def __init__(
@@ -192,6 +196,7 @@ class HFBackend(ChatTokenBackend):
         max_batch_size: int = 64,
         prefill_token_budget: int = 8192,
         seed: int = 0,
+        autocast: str = "off",
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -202,6 +207,9 @@ class HFBackend(ChatTokenBackend):
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_batch_size = max_batch_size
         self.prefill_token_budget = prefill_token_budget
+        if autocast not in AUTOCAST_MODES:
+            raise ValueError(f"autocast must be one of {list(AUTOCAST_MODES)}, got {autocast!r}")
+        self.autocast = autocast
         self._stitch = can_stitch(model)
         #: running totals since construction: ``prompt_tokens`` (real prompt tokens of all rows),
         #: ``prefill_tokens`` (tokens actually fed in prefill forwards, padding included), ``prefill_forwards``,
@@ -248,19 +256,24 @@ class HFBackend(ChatTokenBackend):
         generator = torch.Generator(device=device).manual_seed(seed)
         was_training = self.model.training
         self.model.eval()
+        dtype = forward_dtype(self.autocast, self.model)  # bf16 over float32 masters, or optim.autocast's choice
         try:
-            out: list[Generation] = []
-            for start in range(0, len(rows), self.max_batch_size):
-                step_cb = None
-                if on_tokens is not None:
-                    step_cb = functools.partial(_offset_rows, on_tokens, start)
-                out.extend(
-                    self._generate_batch(
-                        rows[start : start + self.max_batch_size], sampling, generator, device, step_cb
-                    )
-                )
+            # one autocast region for the whole call: each weight is cast once (autocast caches casts of leaf
+            # parameters until the region ends), not once per decode step
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                out = self._generate_rows(rows, sampling, generator, device, on_tokens)
         finally:
             self.model.train(was_training)
+        return out
+
+    def _generate_rows(self, rows: list[list[int]], sampling: SamplingParams, generator: torch.Generator, device: Any,
+                       on_tokens: TokenCallback | None) -> list[Generation]:  # fmt: skip
+        """:meth:`_generate_batch` over ``rows`` in slices of ``max_batch_size``."""
+        out: list[Generation] = []
+        for start in range(0, len(rows), self.max_batch_size):
+            step_cb = None if on_tokens is None else functools.partial(_offset_rows, on_tokens, start)
+            out.extend(self._generate_batch(rows[start : start + self.max_batch_size], sampling, generator, device,
+                                            step_cb))  # fmt: skip
         return out
 
     @torch.no_grad()

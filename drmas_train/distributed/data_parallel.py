@@ -40,11 +40,12 @@ from drmas_train.algorithm.update import UpdateHooks, ppo_update
 from drmas_train.collect.samples import Sample
 from drmas_train.distributed.config import STRATEGIES
 from drmas_train.model.logprobs import Forward
+from drmas_train.model.precision import COMPUTE_ATTR, mark_compute_dtype
 
 try:  # torch >= 2.6
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 except ImportError:  # pragma: no cover - older torch: DDP only
-    FSDPModule = fully_shard = None
+    FSDPModule = MixedPrecisionPolicy = fully_shard = None
 
 
 def unwrap_ddp(model: Any) -> Any:
@@ -140,15 +141,24 @@ def wrap_model(model: torch.nn.Module, strategy: str, device: torch.device) -> t
 
     FSDP2: ``fully_shard`` on every module whose class is in the HF model's ``_no_split_modules`` (its decoder
     layers), then on the root, so tied embeddings stay in one root group. Build the optimizer *after* this call
-    (FSDP2 swaps the parameters for DTensor shards).
+    (FSDP2 swaps the parameters for DTensor shards). A model of float32 master weights that computes in bf16
+    (:func:`drmas_train.model.precision.forward_dtype`) is cast by FSDP2 itself, as the reference
+    (``MixedPrecision(param_dtype=bf16, reduce_dtype=fp32)``, ``langfengQ/DrMAS verl/workers/fsdp_workers.py:284-294``):
+    ``MixedPrecisionPolicy(param_dtype=<compute dtype>, reduce_dtype=float32)``, the shards and the optimizer staying
+    float32, and no autocast on top (the mark is cleared). DDP keeps the autocast.
     """
     model.to(device)
     if strategy == "fsdp2":
+        compute = getattr(model, COMPUTE_ATTR, None)
+        mp = {}
+        if compute is not None:
+            mp = {"mp_policy": MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)}
+            mark_compute_dtype(model, None)  # FSDP2 casts the gathered weights: no autocast on top
         names = _layer_classes(model)
         for module in list(model.modules()):
             if type(module).__name__ in names:
-                fully_shard(module)
-        fully_shard(model)
+                fully_shard(module, **mp)
+        fully_shard(model, **mp)
         return model
     if strategy == "ddp":
         ids = [device.index] if device.type == "cuda" else None

@@ -159,7 +159,7 @@ class VLLMGenerationWorker:
         self.vllm_version = str(vllm.__version__)
         engine_kwargs = dict(engine_kwargs or {})
         seed = int(engine_kwargs.pop("seed", seed))
-        loaded = _load(loader, spec, model_id)
+        loaded = _load(loader, spec.engine_spec(), model_id)  # the compute dtype, no masters
         tokenizer, self.eos_ids = loaded.tokenizer, sorted(eos_token_ids(loaded.tokenizer, loaded.model))
         self._export = tempfile.mkdtemp(prefix=f"drmas-vllm-{model_id}-")
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._export, ignore_errors=True)

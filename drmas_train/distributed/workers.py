@@ -15,7 +15,6 @@ worker group turns them into actors with ``ray.remote``).
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +29,7 @@ from drmas_train.algorithm.critic import critic_values, value_update
 from drmas_train.algorithm.old_logprobs import old_logprobs_for_update, recompute_old_logprobs
 from drmas_train.algorithm.optim import build_optimizer
 from drmas_train.algorithm.settings import UpdateSettings
-from drmas_train.algorithm.update import ppo_update
+from drmas_train.algorithm.update import ppo_update, reuses_update_forward
 from drmas_train.backends.hf import HFBackend
 from drmas_train.distributed.checkpoint import load_sharded, save_sharded
 from drmas_train.distributed.data_parallel import (
@@ -42,6 +41,7 @@ from drmas_train.distributed.data_parallel import (
 )
 from drmas_train.distributed.host_memory import cap_mmap_threshold, peak_rss_mb, release_freed_memory
 from drmas_train.model.models import load_model
+from drmas_train.model.precision import frozen_copy
 from drmas_train.model.value_model import ValueModel
 
 __all__ = ["TrainWorker", "GenerationWorker", "StaleWeightsError", "worker_device", "peak_rss_mb"]
@@ -112,7 +112,7 @@ class TrainWorker:
         loaded = _load(self.loader, self.spec, self.model_id)
         self.tokenizer = loaded.tokenizer
         if self.kl:
-            self.ref = copy.deepcopy(loaded.model).to(self.device).eval().requires_grad_(False)
+            self.ref = frozen_copy(loaded.model).to(self.device)  # in the compute dtype, as the reference's ref
         for critic_id, kwargs in self.critic_kwargs.items():  # from the loaded weights, before the model is wrapped
             critic = wrap_model(ValueModel.from_causal_lm(loaded.model, seed=self.spec.seed), self.strategy, self.device)
             self.critics[critic_id] = (critic, build_optimizer(f"critic/{critic_id}", critic, **kwargs))
@@ -129,10 +129,11 @@ class TrainWorker:
         settings = rank_settings(self.model, settings)
         hooks = rank_hooks(self.model, rank=self.rank, world_size=self.world_size, pad_token_id=pad)
         samples, drift = old_logprobs_for_update(hooks.forward, samples, advantages, settings, pad_token_id=pad,
-                                                 agree_budget=hooks.agree_budget)  # fmt: skip
+                                                 agree_budget=hooks.agree_budget, world_size=self.world_size)  # fmt: skip
         with self.opt.resident():  # the AdamW state on the device for the update only (optim.offload)
             out = ppo_update(self.model, self.opt, samples, advantages, settings, pad_token_id=pad, ref_model=self.ref,
-                             seed=seed, hooks=hooks)  # fmt: skip
+                             seed=seed, hooks=hooks,
+                             old_from_forward=reuses_update_forward(settings, self.world_size))  # fmt: skip
         del samples
         release_freed_memory()  # the update's freed activations and gradients leave the process before the rollout
         return {**drift, **out, "peak_rss_mb": peak_rss_mb()}
@@ -194,9 +195,16 @@ class TrainWorker:
 
     def publish_weights(self) -> list[Any]:
         """Collective: rank 0 puts the full state dict in Ray's object store and returns ``[its ObjectRef]`` (a
-        small reply the driver can wait on; the weights never pass through the driver); other ranks ``[]``."""
+        small reply the driver can wait on; the weights never pass through the driver); other ranks ``[]``. Float32
+        master weights are cast to the compute dtype first: the engines hold that (:meth:`ModelSpec.engine_spec`), and
+        the object store carries half the bytes."""
         state = self.full_state_dict()
-        return [ray.put(state)] if self.rank == 0 else []
+        if self.rank != 0:
+            return []
+        if self.spec.holds_masters():
+            dtype = getattr(torch, self.spec.dtype)
+            state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        return [ray.put(state)]
 
     def save_hf(self, path: str) -> None:
         """Collective: rank 0 writes the current weights as a Hugging Face folder (``save_pretrained`` of the full
@@ -237,7 +245,7 @@ class GenerationWorker:
     def __init__(self, spec: Any, model_id: str, *, loader: Callable | None = None, threads: int = 1,
                  use_gpu: bool = False, backend_kwargs: dict[str, Any] | None = None) -> None:  # fmt: skip
         torch.set_num_threads(max(int(threads), 1))
-        loaded = _load(loader, spec, model_id)
+        loaded = _load(loader, spec.engine_spec(), model_id)  # in the compute dtype: no master weights here
         loaded.model.to(worker_device(use_gpu))
         self.backend = HFBackend.from_loaded(loaded, **dict(backend_kwargs or {}))
         self.version = -1  # -1: the loader's weights, never pushed (a fresh or restarted worker)

@@ -66,7 +66,12 @@ class ModelSpec:
 
     Attributes:
         name_or_path: a named model (:data:`NAMED_MODELS`), a local directory or a Hugging Face Hub id.
-        dtype: ``"float32"`` (default; exact log-prob checks), ``"bfloat16"`` or ``"float16"``.
+        dtype: the dtype the model computes in: ``"float32"`` (default; exact log-prob checks), ``"bfloat16"`` or
+            ``"float16"``; also the dtype its weights are held in, unless ``master_dtype`` says otherwise.
+        master_dtype: the dtype a trainable full-weight model's parameters (and so its AdamW state) are held in, when
+            it differs from ``dtype``: ``"float32"`` master weights computing in ``dtype`` under autocast, as the
+            Dr. MAS reference's actor (:mod:`drmas_train.model.precision`). None (default): ``dtype``. Ignored for
+            frozen models and LoRA (whose adapters PEFT keeps in float32 over a base held in ``dtype``).
         device: torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
         trainable: whether the trainer updates it (``False``: frozen, ``requires_grad`` off).
         lora: PEFT ``LoraConfig`` keyword arguments (e.g. ``{"r": 8, "lora_alpha": 16}``), or None for full weights.
@@ -90,6 +95,7 @@ class ModelSpec:
     name_or_path: str
     dtype: str = "float32"
     device: str = "cpu"
+    master_dtype: str | None = None
     trainable: bool = True
     lora: dict[str, Any] | None = None
     optimizer: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -104,6 +110,8 @@ class ModelSpec:
             raise ValueError(f"ModelSpec.name_or_path must be a non-empty string, got {self.name_or_path!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"ModelSpec.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.master_dtype is not None and self.master_dtype not in DTYPES:
+            raise ValueError(f"ModelSpec.master_dtype must be one of {DTYPES} or None, got {self.master_dtype!r}")
         if self.lora and self.adapter_path:
             raise ValueError("ModelSpec: give lora (a new adapter to train) or adapter_path (a saved one), not both")
         if self.adapter is not None and not (self.lora or self.adapter_path):
@@ -118,6 +126,7 @@ class ModelSpec:
             self.name_or_path,
             self.dtype,
             self.device,
+            self.master_dtype,
             self.trainable,
             repr(sorted((self.lora or {}).items())),
             repr(sorted(self.optimizer.items())),
@@ -131,12 +140,28 @@ class ModelSpec:
     def base_key(self) -> tuple:
         """Hashable identity of the base weights: the specs of one pool with equal base keys and an ``adapter``
         share one base model."""
-        return (self.name_or_path, self.dtype, self.device, self.trainable, repr(sorted(self.optimizer.items())),
-                self.seed, repr(sorted(self.chat_template_kwargs.items())))  # fmt: skip
+        return (self.name_or_path, self.dtype, self.device, self.master_dtype, self.trainable,
+                repr(sorted(self.optimizer.items())), self.seed, repr(sorted(self.chat_template_kwargs.items())))  # fmt: skip
 
     def base_spec(self) -> ModelSpec:
         """This spec without its adapter (``lora``, ``adapter``, ``adapter_path`` and ``model_id`` cleared)."""
         return dataclasses.replace(self, lora=None, adapter=None, adapter_path=None, model_id=None)
+
+    def holds_masters(self) -> bool:
+        """Whether this spec's parameters are held in ``master_dtype`` while it computes in ``dtype``: a trainable
+        full-weight model (no LoRA, no adapter) whose ``master_dtype`` differs from ``dtype``."""
+        return (self.trainable and self.master_dtype is not None and self.master_dtype != self.dtype
+                and not (self.lora or self.adapter_path or self.adapter))  # fmt: skip
+
+    def weights_dtype(self) -> str:
+        """The dtype :func:`load_model` holds the weights in: ``master_dtype`` where :meth:`holds_masters`, else
+        ``dtype``."""
+        return self.master_dtype if self.holds_masters() else self.dtype  # type: ignore[return-value]
+
+    def engine_spec(self) -> ModelSpec:
+        """This spec for a rollout engine's own copy of the weights: held in ``dtype`` (no master weights), as the
+        reference's rollout; it receives the trained weights cast at every weight sync."""
+        return dataclasses.replace(self, master_dtype=None)
 
     def default_id(self) -> str:
         """``model_id`` if set, else the last path component of ``name_or_path``."""
@@ -291,7 +316,7 @@ def _load_smollm2(spec: ModelSpec):
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     tokenizer = AutoTokenizer.from_pretrained(target)
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=_torch_dtype(spec.dtype))
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=_torch_dtype(spec.weights_dtype()))
     return model, tokenizer
 
 
@@ -335,7 +360,7 @@ def _load_tiny(spec: ModelSpec):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = model_cls(config)
-    return model.to(_torch_dtype(spec.dtype)), tokenizer
+    return model.to(_torch_dtype(spec.weights_dtype())), tokenizer
 
 
 def _load_pretrained(spec: ModelSpec):
@@ -351,7 +376,7 @@ def _load_pretrained(spec: ModelSpec):
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=_torch_dtype(spec.dtype), local_files_only=offline
+            source, dtype=_torch_dtype(spec.weights_dtype()), local_files_only=offline
         )
     except OSError as err:
         why = "HF_HUB_OFFLINE=1 is set and it is not in the local Hub cache" if offline else str(err)
@@ -362,7 +387,9 @@ def _load_pretrained(spec: ModelSpec):
 
 
 def load_model(spec: ModelSpec | str, model_id: str | None = None) -> LoadedModel:
-    """Load the model and tokenizer ``spec`` names, on ``spec.device`` in ``spec.dtype``.
+    """Load the model and tokenizer ``spec`` names, on ``spec.device`` in ``spec.dtype``, or, for a trainable model
+    with float32 master weights (:meth:`ModelSpec.holds_masters`), in ``spec.master_dtype`` and marked to compute in
+    ``spec.dtype`` (:func:`drmas_train.model.precision.mark_compute_dtype`).
 
     The tokenizer always has a pad token (EOS when the model defines none) and a chat template. ``spec.lora``
     wraps the model with PEFT LoRA adapters and ``spec.adapter_path`` loads a saved adapter onto it (frozen);
@@ -386,6 +413,10 @@ def load_model(spec: ModelSpec | str, model_id: str | None = None) -> LoadedMode
         )
     _ensure_pad(tokenizer)
     model = model.to(spec.device)
+    if spec.holds_masters():
+        from drmas_train.model.precision import mark_compute_dtype
+
+        mark_compute_dtype(model, _torch_dtype(spec.dtype))
     if spec.lora:
         from peft import LoraConfig, get_peft_model
 

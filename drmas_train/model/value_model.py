@@ -29,6 +29,7 @@ from drmas_train.model.logprobs import (
     shared_prompt_hidden,
     worth_sharing_prompts,
 )
+from drmas_train.model.precision import COMPUTE_ATTR, mark_compute_dtype
 from drmas_train.model.weights import is_peft
 
 __all__ = ["ValueModel", "forward_values", "save_value_model", "load_value_model"]
@@ -83,6 +84,8 @@ class ValueModel(torch.nn.Module):
             w = torch.randn(model.value_head.weight.shape, generator=gen) * std
             model.value_head.weight.copy_(w.to(model.value_head.weight.dtype))
             model.value_head.bias.zero_()
+        if hasattr(lm, COMPUTE_ATTR):  # float32 masters of a bf16 policy: the critic computes as its policy does
+            mark_compute_dtype(model, getattr(lm, COMPUTE_ATTR))
         return model.requires_grad_(True).train(lm.training)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

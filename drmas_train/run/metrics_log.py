@@ -184,7 +184,8 @@ PACING_PANELS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
 
 def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None = None) -> Path:
     """PNG over iterations: accuracy (train ``rollout/accuracy`` and validation ``val/avg@k``), reward mean per agent,
-    and pre-clip grad norm per model; when the run logged per-agent health (:mod:`drmas_train.run.agent_health`), two
+    and pre-clip grad norm per model with, dashed on a second axis, how far each update moved its weights
+    (``loss/<m>/update_rel``, :mod:`drmas_train.algorithm.update_size`); when the run logged per-agent health (:mod:`drmas_train.run.agent_health`), two
     more rows of :data:`HEALTH_PANELS` (gradient norm and share, advantage second moment against the Prop. 4.3
     prediction, response length, format-penalty rate and zero-advantage groups, log-prob gap, per agent), with the
     iterations where an agent ran away from the others (``health/runaway_agents`` > 0) shaded. An asynchronous run
@@ -251,7 +252,15 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
         ax_a.text(0.02, 0.97, f"held-out {key.split('/')[1]} gain, iteration 0 -> {at}:\n{value:+.3f} ± {se:.3f} (paired SE)",
                   transform=ax_a.transAxes, va="top", fontsize=9, bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
     ax_r.set(title="reward per agent (mean)", xlabel="iteration", ylabel="reward")
-    ax_g.set(title="pre-clip grad norm per model", xlabel="iteration", ylabel="L2 norm")
+    ax_g.set(title="pre-clip grad norm per model (dashed: update size)", xlabel="iteration", ylabel="L2 norm")
+    updates = {k: pts for k, pts in every.items() if k.startswith("loss/") and k.endswith("/update_rel")}
+    if updates:  # how far each update moved the weights: ~0 with a non-zero grad norm = steps rounded away
+        ax_u = ax_g.twinx()
+        for i, (k, pts) in enumerate(sorted(updates.items())):
+            xs, ys = zip(*pts, strict=False)
+            ax_u.plot(xs, ys, linestyle="--", color=f"C{i}", label=f"{k.split('/')[1]} update")
+        ax_u.set_ylabel("relative update ||Δθ|| / ||θ||")
+        ax_u.set_yscale("symlog", linthresh=1e-9)
     panels = list(axes[0])
     runaway = [it for it, v in every.get("health/runaway_agents", []) if v > 0]
     extra_rows = [(axes[1:1 + health_rows].flat, HEALTH_PANELS, agents, "a")] if health_rows else []

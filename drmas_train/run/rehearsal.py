@@ -11,11 +11,17 @@ What is replaced (each replacement is listed in the verdict):
 
 * every model by a tiny random-initialised model of the same architecture family and tokenizer family
   (:data:`STAND_INS`: ``Qwen/Qwen3-*`` -> ``tiny-qwen3``, ``Qwen/Qwen2.5-*`` -> ``tiny-qwen2``, Llama and SmolLM2 ->
-  ``tiny-llama``), float32 on the CPU with the HF engine;
+  ``tiny-llama``), on the CPU with the HF engine, in the preset's own precision (``models.<key>.dtype``: bf16 over
+  float32 master weights for the paper presets, ``optim.master_dtype`` and ``optim.autocast`` as the preset sets
+  them), so the update's precision is rehearsed too: the train stage fails when an update with a gradient left the
+  weights (nearly) unchanged (:func:`drmas_train.algorithm.update_size.stalled_updates`);
 * the data by a few tasks written in the preset's own data format (the JSONL of ``drmas data prepare``) at the
   paths the preset names, under the rehearsal's directory;
 * a search preset's retrieval server by :class:`drmas_envs.search.testing.ReferenceProtocolServer`, which speaks the
   reference server's protocol (one query per request) over BM25 of a small corpus;
+* the advantages of an iteration whose every advantage is 0 (tiny random models earn no reward, so every call
+  scores the same format penalty) by +1 / -1 alternating over its calls (:func:`contrast_when_flat`), so that every
+  update steps and the precision check has something to check; the verdict's ``replaced.advantages`` counts them;
 * the sizes: ``rollout.batch_size`` 2, ``group_size`` 2, 12 new tokens, 2 iterations, validation of 2 tasks x 2;
 * a ``_dist`` preset's GPUs by 2 CPU bundles: every worker group trains on 2 gloo ranks (the preset's strategy)
   with HF generation workers; or, with ``vllm_python`` (``drmas rehearse --vllm``), with real vLLM generation
@@ -45,7 +51,8 @@ from typing import Any
 from drmas_train.errors import ConfigError
 from drmas_train.run.config import TrainConfig, load_config, to_yaml
 
-__all__ = ["STAND_INS", "STAND_IN_CONTEXT", "stand_in", "vllm_stand_in", "rehearsal_config", "rehearse"]
+__all__ = ["STAND_INS", "STAND_IN_CONTEXT", "stand_in", "vllm_stand_in", "rehearsal_config", "rehearse",
+           "contrast_when_flat"]
 
 #: (substring of a lower-cased model name, the tiny stand-in of its architecture and tokenizer family), first match.
 STAND_INS = (("qwen3", "tiny-qwen3"), ("qwen2", "tiny-qwen2"), ("llama", "tiny-llama"), ("smollm", "tiny-llama"),
@@ -135,7 +142,7 @@ def rehearsal_config(cfg: TrainConfig, workdir: Path, *, retrieval_url: str | No
         if vllm_python is not None:  # vLLM's CPU attention: heads of 32, from a folder vLLM can load
             tiny = str(vllm_stand_in(tiny, workdir / "models" / f"{tiny}-heads32", seed=cfg.seed))
         replaced["models"][key] = {"from": m.name_or_path, "to": tiny}
-        models[key] = dataclasses.replace(m, name_or_path=tiny, dtype="float32", device="cpu", backend="hf")
+        models[key] = dataclasses.replace(m, name_or_path=tiny, device="cpu", backend="hf")  # the preset's dtype kept
     cfg.models = models
     env = dataclasses.replace(cfg.env, kwargs=dict(cfg.env.kwargs))
     search = "search" in env.id
@@ -182,6 +189,31 @@ def rehearsal_config(cfg: TrainConfig, workdir: Path, *, retrieval_url: str | No
                                             "generation_engine": d.generation_engine},
                                    "to": {"devices_per_node": 0, "world_size": 2, **engine}}  # fmt: skip
     return cfg, replaced
+
+
+@contextlib.contextmanager
+def contrast_when_flat(counter: dict[str, int]) -> Iterator[None]:
+    """Inside the block, the trainer's advantages of an iteration whose every advantage is exactly 0 become +1 / -1
+    alternating over its calls (``counter["iterations"]`` counts them): a tiny random model earns no reward, and an
+    update without a gradient would rehearse nothing of the update's precision."""
+    import numpy as np
+
+    from drmas_train.run import trainer
+
+    original = trainer.compute_advantages
+
+    def contrasted(*args: Any, **kwargs: Any) -> Any:
+        adv = original(*args, **kwargs)
+        if adv.ndim == 1 and len(adv) and not np.any(adv):
+            counter["iterations"] = counter.get("iterations", 0) + 1
+            return np.where(np.arange(len(adv)) % 2 == 0, 1.0, -1.0)
+        return adv
+
+    trainer.compute_advantages = contrasted
+    try:
+        yield
+    finally:
+        trainer.compute_advantages = original
 
 
 @contextlib.contextmanager
@@ -248,6 +280,7 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
         --preset`` on the exported checkpoint). ``memory``: this process's peak resident memory and, on the Ray
         path, each model's training-rank peak (MiB).
     """
+    from drmas_train.algorithm.update_size import stalled_updates
     from drmas_train.run.checkpoint import latest_checkpoint
     from drmas_train.run.metrics_log import read_metrics
     from drmas_train.run.trainer import train
@@ -260,7 +293,8 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
         rehearsal_config(original, workdir, vllm_python=vllm_python)  # raises the ConfigError that says why
     workdir.mkdir(parents=True, exist_ok=True)
     stages, verdict = _Stages(), {"preset": preset, "ok": False, "replaced": {}, "stages": [], "memory": {}}
-    with _retrieval_server(original) as url, contextlib.suppress(_StageFailed):
+    flat: dict[str, int] = {}  # iterations whose flat advantages were contrasted
+    with _retrieval_server(original) as url, contrast_when_flat(flat), contextlib.suppress(_StageFailed):
         cfg = None
         with stages.run("config") as row:
             cfg, verdict["replaced"] = rehearsal_config(original, workdir, retrieval_url=url, vllm_python=vllm_python)
@@ -274,6 +308,12 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
             peaks = {k.split("/")[1]: v for k, v in rows[-1].items() if k.endswith("/rank_peak_rss_mb")}
             if peaks:
                 verdict["memory"]["rank_peak_rss_mb"] = peaks
+            row["precision"] = _precision_rows(cfg, rows)
+            stalled = {r["iteration"]: stalled_updates(r) for r in rows if stalled_updates(r)}
+            if stalled:
+                raise RuntimeError(f"updates with a non-zero gradient left the weights (nearly) unchanged: {stalled} "
+                                   "(iteration -> model -> share of the weights with a gradient that changed); "
+                                   "keep float32 master weights (optim.master_dtype: float32)")  # fmt: skip
         with stages.run("checkpoint") as row:
             ckpt = latest_checkpoint(Path(cfg.run.dir) / "checkpoints")
             exported = sorted(p.name for p in (ckpt / "models").iterdir()) if ckpt is not None else []
@@ -290,11 +330,31 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
             row["iterations"] = done
         with stages.run("eval") as row:
             row.update(_eval_checkpoint(workdir, cfg, latest_checkpoint(Path(cfg.run.dir) / "checkpoints")))
+    verdict["replaced"]["advantages"] = {"flat_iterations_contrasted": flat.get("iterations", 0)}
     verdict["stages"] = stages.verdict_rows()
     verdict["memory"]["driver_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
     verdict["ok"] = not stages.failed
     (workdir / "verdict.json").write_text(json.dumps(verdict, indent=2))
     return verdict
+
+
+def _precision_rows(cfg: TrainConfig, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per trained model: its compute dtype, the dtype of its trained weights, and each iteration's update size
+    (``update_rel``) and share of weights with a gradient that changed (``update_changed_frac``)."""
+    out = {}
+    for key, m in cfg.models.items():
+        if not m.trainable:
+            continue
+        ids = [mid for mid in dict.fromkeys(cfg.agents.values()) if mid.split(":")[0] == key]
+        for mid in ids:
+            lora = m.lora is not None or bool(m.adapters)
+            out[mid] = {
+                "compute_dtype": m.dtype,
+                "trained_weights_dtype": "float32" if lora or cfg.optim.master_dtype == "float32" else m.dtype,
+                "update_rel": [r.get(f"loss/{mid}/update_rel") for r in rows],
+                "update_changed_frac": [r.get(f"loss/{mid}/update_changed_frac") for r in rows],
+            }
+    return out
 
 
 def _eval_checkpoint(workdir: Path, cfg: TrainConfig, ckpt: Path) -> dict[str, Any]:

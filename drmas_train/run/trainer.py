@@ -53,6 +53,7 @@ class RunState:
     async_snapshot: Any = None  # run.mode async: the loop's state at the end of the last step, for checkpoints
     env_step: str = "round"  # the env's metadata["reference_env_step"] (GiGPO's discounted step returns)
     started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
+    stalled_warned: set[str] = dataclasses.field(default_factory=set)  # models already warned of a stalled update
 
     def elapsed(self) -> float:
         """Wall-clock seconds of the whole run so far: earlier processes (up to the checkpoint resumed) + this one."""
@@ -70,7 +71,8 @@ def model_specs(cfg: TrainConfig) -> dict[str, Any]:
     """``agent_id -> ModelSpec`` for :func:`drmas_train.backends.factory.build_models`; the config key is the model id,
     so agents naming the same key share one model and different keys never do. An agent naming ``<key>:<adapter>``
     gets that LoRA adapter of the key's base (model id ``<key>:<adapter>``; the base is loaded once for all its
-    adapters)."""
+    adapters). A model of a dtype below float32 gets float32 master weights (``optim.master_dtype: float32``;
+    :meth:`~drmas_train.model.models.ModelSpec.holds_masters` says which models keep them)."""
     from drmas_train.model.adapters import split_model_id
     from drmas_train.model.models import ModelSpec
 
@@ -80,9 +82,11 @@ def model_specs(cfg: TrainConfig) -> dict[str, Any]:
         m = cfg.models[key]
         lora = _peft_lora(m.adapters[adapter] if adapter is not None else m.lora)
         overrides = {k: v for k, v in (("lr", m.lr), ("weight_decay", m.weight_decay)) if v is not None}
+        master = "float32" if cfg.optim.master_dtype == "float32" and m.dtype != "float32" else None
         specs[agent] = ModelSpec(
             m.name_or_path, dtype=m.dtype, device=m.device, trainable=m.trainable, lora=lora, optimizer=overrides,
             seed=cfg.seed, chat_template_kwargs=dict(m.chat_template_kwargs), model_id=name, adapter=adapter,
+            master_dtype=master,
         )  # fmt: skip
     return specs
 
@@ -178,12 +182,15 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         )  # fmt: skip
     else:
         from drmas_train.model.adapters import adapter_parameters
+        from drmas_train.model.precision import frozen_copy, warn_low_precision_master
 
         refs: dict[int, Any] = {}  # one frozen copy per loaded model object (adapters of one base share theirs)
         for model_id, loaded in pool.models.items():
             if not loaded.spec.trainable:
                 continue
             o = cfg.optim
+            if o.master_dtype == "model" and not (loaded.spec.lora or loaded.spec.adapter):
+                warn_low_precision_master(model_id, loaded.spec.dtype, loaded.spec.optimizer.get("lr", o.lr))
             optimizers[model_id] = build_optimizer(
                 model_id, loaded.model, lr=loaded.spec.optimizer.get("lr", o.lr),
                 weight_decay=loaded.spec.optimizer.get("weight_decay", o.weight_decay), betas=o.betas,
@@ -191,10 +198,8 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
                 params=adapter_parameters(loaded) if loaded.spec.adapter is not None else None,
             )  # fmt: skip
             if a.kl_coef or a.reward_kl_coef:  # a new LoRA adapter starts at B = 0: its base is its reference
-                import copy
-
-                if id(loaded.model) not in refs:
-                    refs[id(loaded.model)] = copy.deepcopy(loaded.model).eval().requires_grad_(False)
+                if id(loaded.model) not in refs:  # held in the compute dtype, as the reference's ref model
+                    refs[id(loaded.model)] = frozen_copy(loaded.model)
                 ref_models[model_id] = refs[id(loaded.model)]
         if not optimizers:
             raise ConfigError("no trainable model: set trainable: true on at least one model")
@@ -589,6 +594,22 @@ def _validation_due(cfg: TrainConfig, it: int) -> bool:
     return cfg.eval.every > 0 and ((it + 1) % cfg.eval.every == 0 or it + 1 == cfg.run.iterations)
 
 
+def _warn_stalled_updates(run: RunState, iteration: int, metrics: Mapping[str, float]) -> None:
+    """A WARNING, once per model, when an update with a non-zero gradient left (nearly) every weight unchanged
+    (:func:`drmas_train.algorithm.update_size.stalled_updates`): its steps round away, e.g. bf16 weights stepped
+    directly at a small learning rate."""
+    from drmas_train.algorithm.update_size import MIN_CHANGED_FRAC, stalled_updates
+
+    for model_id, frac in stalled_updates(dict(metrics)).items():
+        if model_id not in run.stalled_warned:
+            run.stalled_warned.add(model_id)
+            logger.warning("model %r: iteration %d's update had a non-zero gradient but changed only %.1f %% of the "
+                           "weights that had one (below %.0f %%): its optimizer steps are being rounded away. Keep "
+                           "float32 master weights (optim.master_dtype: float32) or raise the learning rate; "
+                           "loss/%s/update_changed_frac tracks it", model_id, iteration, 100 * frac,
+                           100 * MIN_CHANGED_FRAC, model_id)  # fmt: skip
+
+
 def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: Any, t0: float, t1: float,
                    timing: Mapping[str, float]) -> None:  # fmt: skip
     """The end of iteration ``it`` (0-based), after its update: agent-health signals, validation when due, timings
@@ -600,6 +621,7 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: An
 
     cfg = run.cfg
     metrics.update(health.check(it + 1, metrics)[0])  # per-agent runaway signals; warns when one crosses
+    _warn_stalled_updates(run, it + 1, metrics)
     t2 = time.perf_counter()
     if _validation_due(cfg, it):
         metrics.update(_validate(run, it + 1))

@@ -32,7 +32,7 @@ from drmas_train.algorithm.critic import critic_of, critic_values, value_update
 from drmas_train.algorithm.gae import pad_rows
 from drmas_train.algorithm.old_logprobs import old_logprobs_for_update, recompute_old_logprobs
 from drmas_train.algorithm.settings import UpdateSettings
-from drmas_train.algorithm.update import ppo_update
+from drmas_train.algorithm.update import ppo_update, reuses_update_forward
 from drmas_train.model.adapters import activate
 from drmas_train.model.adapters import load as load_adapter
 from drmas_train.model.adapters import save as save_adapter
@@ -82,7 +82,8 @@ class LocalUpdater:
 
         Returns:
             ``loss/<model_id>/<metric>`` for every metric of :func:`~drmas_train.algorithm.update.ppo_update`, plus the
-            π_old mismatch metrics of :func:`~drmas_train.algorithm.old_logprobs.logprob_mismatch` when recomputed;
+            π_old mismatch metrics of :func:`~drmas_train.algorithm.logprob_drift.logprob_mismatch` when recomputed
+            (by a separate forward, or from the update's own: ``old_logprob_reused``);
             the per-agent ones (``agent/<agent>/<metric>``: gradient split, log-prob gap) under their own names
             (:func:`~drmas_train.algorithm.agent_grads.namespaced`).
         """
@@ -97,7 +98,8 @@ class LocalUpdater:
             )
             with opt.resident():  # the AdamW state on the device for the update only (optim.offload)
                 out = ppo_update(loaded.model, opt, model_samples, adv[idx], self.settings, pad_token_id=pad,
-                                 ref_model=self.ref_models.get(model_id), seed=seed)  # fmt: skip
+                                 ref_model=self.ref_models.get(model_id), seed=seed,
+                                 old_from_forward=reuses_update_forward(self.settings))  # fmt: skip
             self.pool.backends[model_id].sync_weights(loaded.model)
             metrics.update(namespaced(model_id, {**drift, **out}))
         return metrics

@@ -88,3 +88,47 @@ def test_engine_logprobs_as_option(monkeypatch, tmp_path):
     # the HF engine's own log-probs (KV-cache decoding): within float rounding of the trainer's forward, but not
     # bitwise equal (measured: 38 of 114 tokens differ, by <= 2.4e-7 nats), so the ratio is not exactly 1
     assert 0 < log_ratio.abs().max() < 1e-3
+
+
+def test_reusing_the_update_forward_equals_a_separate_recompute():
+    """A strictly on-policy update takes π_old from its own forward: loss, gradient norm, step and drift metrics equal
+    the separate recompute's (1e-6), and the metrics say which path ran."""
+    import copy
+
+    from drmas_train.algorithm.old_logprobs import old_logprobs_for_update
+    from drmas_train.algorithm.optim import build_optimizer
+    from drmas_train.algorithm.update import ppo_update, reuses_update_forward
+    from helpers.tiny_rl import tiny_samples
+
+    base = tiny_loader(ModelSpec("tiny"), "m").model
+    samples = tiny_samples(base, n=8)
+    for s in samples:  # the engine's log-probs: near the trainer's, not equal
+        s.old_logprobs = [x + 0.01 * (j % 3) for j, x in enumerate(s.old_logprobs)]
+    adv = np.array([1.0, -0.5, 0.0, 2.0, -1.0, 0.5, -2.0, 1.5])
+    settings = UpdateSettings.defaults(micro_batch_tokens=24)  # several micro-batches
+    assert reuses_update_forward(settings) and not reuses_update_forward(settings, world_size=2)
+    assert not reuses_update_forward(settings.replace(ppo_epochs=2))
+    assert not reuses_update_forward(settings.replace(mini_batches=2))
+    assert not reuses_update_forward(settings.replace(recompute_old_logprobs=False))
+    runs = {}
+    for reuse in (False, True):
+        model = copy.deepcopy(base)
+        opt = build_optimizer("m", model, lr=1e-2, weight_decay=0.0)
+        if reuse:
+            part, drift = list(samples), {}
+        else:
+            part, drift = recompute_old_logprobs(model, samples, settings, pad_token_id=0, select=adv != 0)
+        out = ppo_update(model, opt, part, adv, settings, pad_token_id=0, old_from_forward=reuse)
+        runs[reuse] = ({**drift, **out}, {n: p.detach().clone() for n, p in model.named_parameters()})
+    (sep, w_sep), (own, w_own) = runs[False], runs[True]
+    for key in ("pg_loss", "grad_norm", "ratio_mean", "clipfrac_upper", "old_logprob_abs_diff_max",
+                "old_logprob_abs_diff_mean", "old_prob_abs_diff_std", "old_logprob_tokens", "agent/a/logprob_gap_mean"):
+        assert own[key] == pytest.approx(sep[key], abs=1e-6), key
+    assert own["ratio_mean"] == 1.0 and own["old_logprob_reused"] == 1.0 and sep["old_logprob_tokens"] > 0
+    for n in w_sep:
+        torch.testing.assert_close(w_own[n], w_sep[n], atol=1e-6, rtol=0)
+    assert any(not torch.equal(w_own[n], p) for n, p in base.named_parameters())  # the step moved the weights
+    again, metrics = old_logprobs_for_update(base, samples, adv, settings, pad_token_id=0)
+    assert again == list(samples) and metrics == {}  # the separate forward is skipped
+    _, metrics = old_logprobs_for_update(base, samples, adv, settings.replace(ppo_epochs=2), pad_token_id=0)
+    assert metrics["old_logprob_reused"] == 0.0

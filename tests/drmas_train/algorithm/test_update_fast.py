@@ -14,7 +14,7 @@ from drmas_train.algorithm.memory_budget import (
     free_memory_bytes,
 )
 from drmas_train.algorithm.optim import ModelOptimizer, build_optimizer, prompt_micro_batches
-from drmas_train.algorithm.precision import bf16_native, resolve_autocast
+from drmas_train.model.precision import bf16_native, resolve_autocast
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
 from drmas_train.collect.samples import Sample

@@ -109,10 +109,31 @@ def test_full_rehearsal(name, tmp_path):
     assert verdict["ok"], json.dumps(failed, indent=2)
     assert [s["stage"] for s in verdict["stages"]] == ["config", "train", "checkpoint", "resume", "eval"]
     assert len(verdict["stages"][1]["per_iteration"]) == 2 and verdict["stages"][4]["episodes"] == 2
+    precision = verdict["stages"][1]["precision"]  # the preset's own: bf16 compute over float32 master weights
+    assert precision and all(p["compute_dtype"] == "bfloat16" and p["trained_weights_dtype"] == "float32"
+                             for p in precision.values()), precision  # fmt: skip
+    moved = [f for p in precision.values() for f in p["update_changed_frac"] if f is not None and f == f]
+    assert moved and min(moved) > 0.9, precision  # every update moved the weights that had a gradient
     if name.endswith("_dist"):  # memory per rank is part of the verdict
         assert set(verdict["memory"]["rank_peak_rss_mb"]) == set(load_config(name).models)
     if "search" in name:  # the searches reached the stand-in of the reference's server, one query per request
         assert verdict["replaced"]["retrieval"]["to"].endswith("/retrieve")
+
+
+@pytest.mark.slow
+def test_a_rehearsal_fails_when_updates_leave_the_weights_unchanged(tmp_path):
+    """bf16 weights stepped directly at the paper's lr 1e-6 (``optim.master_dtype: model``): the train stage fails and
+    says why, where a float32 stand-in would have passed."""
+    preset = tmp_path / "bf16_direct.yaml"
+    from drmas_train.run.config import to_yaml
+
+    cfg = load_config("drmas_math_qwen3_4b", ["optim.master_dtype=model"])
+    preset.write_text(to_yaml(cfg))
+    verdict = rehearse(str(preset), tmp_path / "rehearsal")
+    train = verdict["stages"][1]
+    assert not verdict["ok"] and train["stage"] == "train" and train["ok"] is False
+    assert "updates with a non-zero gradient left the weights (nearly) unchanged" in train["error"]
+    assert [s["ok"] for s in verdict["stages"][2:]] == [None, None, None]
 
 
 @pytest.mark.slow
