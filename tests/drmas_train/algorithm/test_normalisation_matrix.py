@@ -26,6 +26,8 @@ from drmas_train.algorithm.advantages import (
     takes_scale,
 )
 from drmas_train.algorithm.grouping import CELLS, DEFAULT_UNITS, cell, resolve_scale, resolve_units
+from drmas_train.algorithm.sample_advantages import sample_advantages
+from drmas_train.collect.samples import Sample
 from drmas_train.errors import ConfigError
 from drmas_train.run.config import load_config
 
@@ -257,6 +259,16 @@ def test_bad_units_and_scales_are_errors_that_list_the_accepted_values():
 def test_config_rejects_bad_matrix_settings_naming_the_path(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config("quickstart_math", overrides)
+
+
+def test_the_config_reaches_the_estimator_through_the_sample_adapter():
+    samples = [Sample(uid, traj, agent, "m", k, 0, [1], [2], [0.0], [1], reward=r, score=r)
+               for k, (uid, traj, agent, r) in enumerate(ROWS)]  # fmt: skip
+    cfg = load_config("quickstart_math_cell_agent_traj_batchstd", ["algorithm.eps=0"])
+    np.testing.assert_allclose(sample_advantages(samples, cfg.algorithm),
+                               _expected("prompt_agent", "trajectory", "batch_std"), rtol=1e-12)  # fmt: skip
+    cfg = load_config("quickstart_math_cell_agent_call_mean")
+    np.testing.assert_allclose(sample_advantages(samples, cfg.algorithm), AGENT_CALL_DEV, rtol=1e-12)
 
 
 def test_config_accepts_every_arm_of_the_study():
