@@ -12,10 +12,11 @@ inputs are (B,) arrays (or sequences); ``scores`` are floats, the id columns hol
 **Grouping** is its own axis (:mod:`drmas_train.algorithm.grouping`): every group-baseline estimator takes
 ``grouping=`` — ``"prompt"`` (units are trajectories, GRPO-style), ``"prompt_call"`` (calls, all agents pooled),
 ``"prompt_agent"`` (calls per agent, Dr. MAS) or ``"prompt_agent_turn"`` (calls per agent and turn, AT-GRPO) —
-or ``None`` for its own default, and ``units=`` — ``"trajectory"`` or ``"call"`` (``None``: the grouping's own), so
-``grouping="prompt_agent", units="trajectory"`` is Dr. MAS's per-agent grouping over trajectory units (each
-trajectory's calls of an agent averaged into one unit), the cell of the 2 x 2 that Eq. (5) skips. So ``drmas`` is ``grpo`` with ``grouping="prompt_agent"`` and
-``rloo(..., grouping="prompt_agent")`` is RLOO with a baseline per agent.
+or ``None`` for its own default. So ``drmas`` is ``grpo`` with ``grouping="prompt_agent"`` and
+``rloo(..., grouping="prompt_agent")`` is RLOO with a baseline per agent. **Units** are the second axis: ``units=``
+``"trajectory"`` or ``"call"`` (``None``: the grouping's own), so ``grouping="prompt_agent", units="trajectory"``
+is per-agent grouping over trajectory units (each trajectory's calls of an agent averaged into one unit), the
+cell of Dr. MAS's 2 x 2 that Eq. (5) skips (docs/advantages.md).
 
 The estimators, with their default grouping and the advantage of a unit of value ``v`` in a group of ``n`` units
 with mean ``m`` and std ``s`` (reference = ``verl/trainer/ppo/core_algos.py``):

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "ACCEPTED_UNITS",
     "CELLS",
     "DEFAULT_UNITS",
     "GROUPINGS",
