@@ -13,7 +13,10 @@ inputs are (B,) arrays (or sequences); ``scores`` are floats, the id columns hol
 ``grouping=`` — ``"prompt"`` (units are trajectories, GRPO-style), ``"prompt_call"`` (calls, all agents pooled),
 ``"prompt_agent"`` (calls per agent, Dr. MAS) or ``"prompt_agent_turn"`` (calls per agent and turn, AT-GRPO) —
 or ``None`` for its own default. So ``drmas`` is ``grpo`` with ``grouping="prompt_agent"`` and
-``rloo(..., grouping="prompt_agent")`` is RLOO with a baseline per agent.
+``rloo(..., grouping="prompt_agent")`` is RLOO with a baseline per agent. **Units** are the second axis: ``units=``
+``"trajectory"`` or ``"call"`` (``None``: the grouping's own), so ``grouping="prompt_agent", units="trajectory"``
+is per-agent grouping over trajectory units (each trajectory's calls of an agent averaged into one unit), the
+cell of Dr. MAS's 2 x 2 that Eq. (5) skips (docs/advantages.md).
 
 The estimators, with their default grouping and the advantage of a unit of value ``v`` in a group of ``n`` units
 with mean ``m`` and std ``s`` (reference = ``verl/trainer/ppo/core_algos.py``):
@@ -35,8 +38,12 @@ with mean ``m`` and std ``s`` (reference = ``verl/trainer/ppo/core_algos.py``):
   whitened over the batch's tokens, (B, T) instead of (B,); arXiv 1506.02438; reference :451-493
   (:mod:`drmas_train.algorithm.gae`).
 
-``norm_by_std=False`` drops the std division (``A = v - m``; Dr. GRPO, arXiv 2503.20783; GiGPO's
-``mode="mean_norm"``). ``std`` is the unbiased (n-1) sample std by default, as ``torch.std`` in the reference.
+**Scale** is the third axis (:data:`SCALES`; the estimators that divide by a std take ``scale=``, see
+:func:`takes_scale`): ``"std"`` (the group's; the default), ``"mean"`` (no division, ``A = v - m``; Dr. GRPO,
+arXiv 2503.20783; GiGPO's ``mode="mean_norm"``) or ``"batch_std"`` (``(v - m) / (s_batch + eps)``, ``s_batch``
+the std of every valid unit's value in the batch; LitePPO, arXiv 2508.08221). ``scale=None`` follows
+``norm_by_std`` (True: ``"std"``, False: ``"mean"``), the older spelling of the first two. ``std`` is the unbiased
+(n-1) sample std by default, as ``torch.std`` in the reference; ``s_batch`` follows the same ``unbiased`` flag.
 **Dr. GRPO** is two settings, not an estimator: ``algorithm.norm_by_std=false`` with the length-unbiased
 ``algorithm.loss_agg=seq-mean-token-sum`` (each response's token *sum*, :mod:`drmas_train.algorithm.losses`).
 
@@ -94,12 +101,15 @@ import numpy as np
 from drmas_train.algorithm.gae import GAMMA, LAM, call_token_rewards, gae, pad_rows
 from drmas_train.algorithm.grouping import (
     GROUPINGS,
+    SCALES,
+    UNITS,
     check_grouping,
     group_index,
     group_key,
     group_stats,
-    units,
+    resolve_scale,
 )
+from drmas_train.algorithm.grouping import units as group_units
 
 __all__ = [
     "ZERO_STD_RTOL",
@@ -110,6 +120,8 @@ __all__ = [
     "UNBIASED",
     "SINGLETON",
     "GROUPINGS",
+    "SCALES",
+    "UNITS",
     "MAX_ABS_SCORE",
     "check_scores",
     "AdvantageEstimator",
@@ -120,6 +132,7 @@ __all__ = [
     "get_estimator",
     "needs_greedy_baseline",
     "needs_critic",
+    "takes_scale",
     "BATCH_WHITENED",
     "group_index",
     "group_stats",
@@ -273,6 +286,16 @@ def needs_greedy_baseline(name: str) -> bool:
 BATCH_WHITENED = ("reinforce_pp", "reinforce_pp_baseline")
 
 
+def takes_scale(name: str) -> bool:
+    """Whether estimator ``name`` divides by a std, so takes ``scale=`` (:data:`SCALES`): the GRPO family,
+    ``grpo_passk`` and ``gigpo``. The others (RLOO, ReMax, REINFORCE++, GAE) have no std of their own.
+
+    Raises:
+        ValueError: unknown name (as :func:`get_estimator`).
+    """
+    return "scale" in inspect.signature(get_estimator(name)).parameters
+
+
 def needs_critic(name: str) -> bool:
     """Whether estimator ``name`` reads the critic's per-token ``values`` (``gae``: PPO with a critic).
 
@@ -299,29 +322,49 @@ def normalize_in_groups(
     eps: float = EPS,
     unbiased: bool = UNBIASED,
     singleton: str = SINGLETON,
+    scale: str | None = None,
 ) -> np.ndarray:
-    """``(v - mean_g) / (std_g + eps)`` per row (or ``v - mean_g`` without std), with the module conventions.
+    """``(v - mean_g) / divisor`` per row, with the module conventions: the one group-statistics path of the
+    normalisation matrix (:mod:`drmas_train.algorithm.grouping`).
+
+    The divisor is the ``scale``'s: ``"std"``: ``std_g + eps``; ``"mean"``: 1; ``"batch_std"``:
+    ``s_batch + eps``, ``s_batch`` the std of all valid ``values`` (every group together; n-1 when ``unbiased``),
+    as LitePPO's group-level mean with batch-level std (arXiv 2508.08221; ROLL's ``reward_norm``).
 
     Args:
         values: (B,) float scores. groups: (B,) dense int group ids. valid: (B,) bool, rows that take part.
-        singleton: advantage of a group with one valid member: ``"raw"`` (the reference: mean 0, std 1, i.e.
-            ``v / (1 + eps)``, or ``v`` without std normalisation) or ``"zero"``.
+        singleton: advantage of a group with one valid member: ``"raw"`` (the reference: the group's mean is 0 and
+            its std 1, so ``v / (1 + eps)`` under ``"std"``, ``v`` under ``"mean"``, ``v / (s_batch + eps)`` under
+            ``"batch_std"``) or ``"zero"``.
+        scale: one of :data:`SCALES`, or None: ``"std"`` if ``norm_by_std`` else ``"mean"``.
 
     Returns:
-        (B,) float64; 0 for invalid rows and (near-)constant groups; singleton groups as ``singleton`` says.
+        (B,) float64; 0 for invalid rows and (near-)constant groups; singleton groups as ``singleton`` says. Under
+        ``"batch_std"`` a (near-)constant batch has every group constant, so all 0 but ``"raw"`` singletons,
+        which then get ``v / (1 + eps)`` (their std 1, as the reference's).
 
     Raises:
-        ValueError: unknown ``singleton``.
+        ValueError: unknown ``singleton`` or ``scale``, or ``norm_by_std=False`` with a scale other than ``"mean"``.
     """
     _check_singleton(singleton)
+    sc = resolve_scale(scale, norm_by_std)
     count, mean, std = group_stats(values, groups, unbiased=unbiased, weight=valid)
     v = np.where(valid, np.asarray(values, dtype=np.float64), 0.0)
     dev = v - mean[groups]  # Dr. MAS Eq. (3) numerator
+    if sc == "std":
+        divisor = std[groups] + eps  # (B,)
+    elif sc == "mean":
+        divisor = np.ones(len(v))
+    else:  # batch_std: one divisor for the whole batch
+        b_count, b_mean, b_std = group_stats(values, np.zeros(len(v), dtype=np.int64), unbiased=unbiased, weight=valid)
+        constant_batch = bool(_constant(b_count, b_mean, b_std)[0]) if len(b_count) else True
+        divisor = np.full(len(v), 1.0 + eps if constant_batch else float(b_std[0]) + eps)
     with np.errstate(divide="ignore", invalid="ignore"):  # eps = 0 in a constant group: masked just below
-        adv = dev / (std[groups] + eps) if norm_by_std else dev
+        adv = dev / divisor
     adv = np.where(valid & ~_constant(count, mean, std)[groups], adv, 0.0)
     if singleton == "raw":  # verl/trainer/ppo/core_algos.py:553-555 (mean 0, std 1), :562-566
-        adv = np.where(valid & (count[groups] == 1), v / (1.0 + eps) if norm_by_std else v, adv)
+        lone = v / (1.0 + eps) if sc == "std" else v / divisor
+        adv = np.where(valid & (count[groups] == 1), lone, adv)
     return adv
 
 
@@ -392,15 +435,17 @@ def _token_weight(token_count, n: int) -> np.ndarray:
 # ---------------------------------------------------------------- GRPO family
 
 
-def _group_normalised(default, scores, uid, agent_id, traj_uid, turn, mask, grouping, norm_by_std, eps, unbiased,
-                      singleton):  # fmt: skip
+def _group_normalised(default, scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps, unbiased,
+                      singleton, scale=None):  # fmt: skip
     s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn)
     _check_singleton(singleton)
-    u = units(
-        check_grouping(grouping, default), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn
+    resolve_scale(scale, norm_by_std)  # bad scales fail before any work
+    u = group_units(
+        check_grouping(grouping, default), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        units=units,
     )
     adv = normalize_in_groups(u.value, u.group, valid=u.valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased,
-                              singleton=singleton)  # fmt: skip
+                              singleton=singleton, scale=scale)  # fmt: skip
     return u.to_rows(adv, valid)
 
 
@@ -414,10 +459,11 @@ def grpo(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
-    singleton=SINGLETON,
+    singleton=SINGLETON,    scale=None,
 ):
     """Vanilla GRPO over trajectories (the Dr. MAS paper's baseline, arXiv 2602.08847 Eq. (3);
     ``verl/trainer/ppo/core_algos.py:497-569``).
@@ -430,16 +476,23 @@ def grpo(
         turn: (B,) the agent's own call index, needed by ``grouping="prompt_agent_turn"``.
         mask: (B,) bool, rows to include (False = padding, A = 0).
         grouping: one of :data:`GROUPINGS`, or None for ``"prompt"``.
+        units: ``"trajectory"`` or ``"call"`` (:data:`UNITS`), or None for the grouping's own
+            (:func:`drmas_train.algorithm.grouping.resolve_units`): ``grouping="prompt_agent", units="trajectory"``
+            averages each trajectory's calls of an agent into one unit.
         singleton: ``"raw"`` (default, the reference) or ``"zero"``, see the module doc.
+        scale: one of :data:`SCALES` (what ``v - m`` is divided by, :func:`normalize_in_groups`), or None:
+            ``"std"``, or ``"mean"`` when ``norm_by_std=False``.
 
     Returns:
         (B,) float64 advantages.
 
     Raises:
-        ValueError: a column the grouping needs is missing, length mismatch, unknown ``grouping`` or ``singleton``.
+        ValueError: a column the grouping needs is missing, length mismatch, unknown ``grouping``, ``units``,
+            ``singleton`` or ``scale``, units the grouping does not accept, or ``norm_by_std=False`` with a scale
+            other than ``"mean"``.
     """
-    return _group_normalised("prompt", scores, uid, agent_id, traj_uid, turn, mask, grouping, norm_by_std, eps,
-                             unbiased, singleton)  # fmt: skip
+    return _group_normalised("prompt", scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps,
+                             unbiased, singleton, scale)  # fmt: skip
 
 
 @register_estimator("drmas", grouping="prompt_agent")
@@ -452,10 +505,11 @@ def drmas(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
-    singleton=SINGLETON,
+    singleton=SINGLETON,    scale=None,
 ):
     """Dr. MAS agent-wise normalisation (arXiv 2602.08847, Eq. (5)): :func:`grpo` with ``grouping="prompt_agent"``.
 
@@ -465,8 +519,8 @@ def drmas(
 
     Args/Returns/Raises: as :func:`grpo` (``grouping=None`` means ``"prompt_agent"``).
     """
-    return _group_normalised("prompt_agent", scores, uid, agent_id, traj_uid, turn, mask, grouping, norm_by_std, eps,
-                             unbiased, singleton)  # fmt: skip
+    return _group_normalised("prompt_agent", scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps,
+                             unbiased, singleton, scale)  # fmt: skip
 
 
 @register_estimator("grpo_step", grouping="prompt_call")
@@ -479,10 +533,11 @@ def grpo_step(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
-    singleton=SINGLETON,
+    singleton=SINGLETON,    scale=None,
 ):
     """Global step-level GRPO: :func:`grpo` with ``grouping="prompt_call"`` (per ``uid``, all calls of all agents
     pooled, each keeping its own score).
@@ -490,8 +545,8 @@ def grpo_step(
     The ablation between :func:`grpo` (per trajectory) and :func:`drmas` (per agent): same unit as ``drmas``
     (one call) but the global group of ``grpo``. Args/Returns/Raises: as :func:`grpo`.
     """
-    return _group_normalised("prompt_call", scores, uid, agent_id, traj_uid, turn, mask, grouping, norm_by_std, eps,
-                             unbiased, singleton)  # fmt: skip
+    return _group_normalised("prompt_call", scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps,
+                             unbiased, singleton, scale)  # fmt: skip
 
 
 @register_estimator("per_turn", grouping="prompt_agent_turn")
@@ -504,10 +559,11 @@ def per_turn(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
-    singleton=SINGLETON,
+    singleton=SINGLETON,    scale=None,
 ):
     """Per (``uid``, ``agent_id``, ``turn``) groups, as AT-GRPO (arXiv 2510.11062): :func:`grpo` with
     ``grouping="prompt_agent_turn"``.
@@ -515,8 +571,8 @@ def per_turn(
     ``turn`` should be the agent's own call index (``Sample.agent_turn``), so the group of "the solver's 2nd
     answer" pools that call across the G rollouts. Args/Returns/Raises: as :func:`grpo` (``turn`` required).
     """
-    return _group_normalised("prompt_agent_turn", scores, uid, agent_id, traj_uid, turn, mask, grouping, norm_by_std,
-                             eps, unbiased, singleton)  # fmt: skip
+    return _group_normalised("prompt_agent_turn", scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std,
+                             eps, unbiased, singleton, scale)  # fmt: skip
 
 
 # ---------------------------------------------------------------- RLOO, REINFORCE++, pass@k
@@ -532,6 +588,7 @@ def rloo(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
@@ -542,7 +599,7 @@ def rloo(
     (``verl/trainer/ppo/core_algos.py:680-721``, the formula at :718).
 
     Args:
-        scores, uid, agent_id, traj_uid, turn, mask, grouping: as :func:`grpo` (default grouping ``"prompt"``).
+        scores, uid, agent_id, traj_uid, turn, mask, grouping, units: as :func:`grpo` (default grouping ``"prompt"``).
         singleton: a group of one: ``"raw"`` (the reference: mean 0 and ``A = v``, :709-710, 716-718) or ``"zero"``.
         norm_by_std, eps, unbiased: unused (RLOO has no std).
 
@@ -554,8 +611,9 @@ def rloo(
     """
     s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn)
     _check_singleton(singleton)
-    u = units(
-        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn
+    u = group_units(
+        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        units=units,
     )
     count, mean, std = group_stats(u.value, u.group, unbiased=unbiased, weight=u.valid)
     n = count[u.group].astype(np.float64)
@@ -576,6 +634,7 @@ def reinforce_pp_baseline(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
@@ -592,7 +651,7 @@ def reinforce_pp_baseline(
     the combined batch (``verl/trainer/ppo/ray_trainer.py:1357``).
 
     Args:
-        scores, uid, agent_id, traj_uid, turn, mask, grouping, singleton: as :func:`grpo` (default grouping
+        scores, uid, agent_id, traj_uid, turn, mask, grouping, units, singleton: as :func:`grpo` (default grouping
             ``"prompt"``).
         token_count: (B,) each call's number of response tokens (``sum(Sample.response_mask)``); None = 1 each
             (whitening over calls).
@@ -607,8 +666,9 @@ def reinforce_pp_baseline(
     s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn)
     _check_singleton(singleton)
     w = _token_weight(token_count, len(s))
-    u = units(
-        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn
+    u = group_units(
+        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        units=units,
     )
     count, mean, std = group_stats(u.value, u.group, unbiased=unbiased, weight=u.valid)
     d = np.where(_constant(count, mean, std)[u.group], 0.0, u.value - mean[u.group])
@@ -676,19 +736,21 @@ def grpo_passk(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
-    singleton=SINGLETON,
+    singleton=SINGLETON,    scale=None,
 ):
     """GRPO for pass@k (Chen et al. 2025, arXiv 2503.19595, the "max - second max" advantage,
     ``verl/trainer/ppo/core_algos.py:572-631``): only the group's best unit is reinforced,
-    ``A = (v_max - v_second) / (std + eps)`` (``v_max - v_second`` with ``norm_by_std=False``); every other unit 0.
+    ``A = (v_max - v_second) / (std + eps)`` (``v_max - v_second`` with ``scale="mean"``, divided by
+    ``s_batch + eps`` with ``scale="batch_std"``, as :func:`normalize_in_groups`); every other unit 0.
 
     Among tied best units the first (in batch order) is the best; its advantage is then 0 anyway.
 
     Args:
-        scores, uid, agent_id, traj_uid, turn, mask, grouping, norm_by_std, eps, unbiased: as :func:`grpo`
+        scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps, unbiased, scale: as :func:`grpo`
             (default grouping ``"prompt"``).
         singleton: unused: a group of one unit gets 0 (the reference raises, :619-620).
 
@@ -699,10 +761,16 @@ def grpo_passk(
         as :func:`grpo`.
     """
     s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn)
-    u = units(
-        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn
+    sc = resolve_scale(scale, norm_by_std)
+    u = group_units(
+        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        units=units,
     )
     count, mean, std = group_stats(u.value, u.group, unbiased=unbiased, weight=u.valid)
+    divisor = std  # (K,) the group's std, or under batch_std the batch's (one group of all units), for every group
+    if sc == "batch_std":
+        _, _, b_std = group_stats(u.value, np.zeros(len(u.value), dtype=np.int64), unbiased=unbiased, weight=u.valid)
+        divisor = np.full(len(std), float(b_std[0]) if len(b_std) else 0.0)
     idx = np.flatnonzero(u.valid)
     order = idx[np.lexsort((idx, -u.value[idx], u.group[idx]))]  # per group: best first, ties in batch order
     g = u.group[order]
@@ -713,9 +781,9 @@ def grpo_passk(
     )  # second is a unit of the same group iff count >= 2
     ok = ~_constant(count, mean, std)[u.group[best]]
     gap = u.value[best] - np.where(second >= 0, u.value[second], 0.0)
-    if norm_by_std:
+    if sc != "mean":
         with np.errstate(divide="ignore", invalid="ignore"):  # eps = 0 in a constant group: masked by ``ok``
-            gap = gap / (std[u.group[best]] + eps)
+            gap = gap / (divisor[u.group[best]] + eps)
     adv = np.zeros(len(u.value))
     adv[best] = np.where(ok, gap, 0.0)
     return u.to_rows(adv, valid)
@@ -833,10 +901,12 @@ def gigpo(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
     singleton=SINGLETON,
+    scale=None,
     anchor=None,
     step_rewards=None,
     step_weight=1.0,
@@ -852,11 +922,12 @@ def gigpo(
       state, e.g. the G first Verifier calls of a search prompt group, or two rollouts whose search returned the
       same passages. A step group of one gets 0 (its mean is its own value, :430-432).
 
-    Both terms divide by ``std + eps`` unless ``norm_by_std=False`` (the reference's ``mode``: ``mean_std_norm``
-    / ``mean_norm``).
+    Both terms divide as ``scale`` says (:func:`normalize_in_groups`): by ``std + eps`` under ``"std"``, not at
+    all under ``"mean"`` (the reference's ``mode``: ``mean_std_norm`` / ``mean_norm``), by the batch's std of the
+    term's own values under ``"batch_std"`` (not in the reference).
 
     Args:
-        scores, uid, agent_id, traj_uid, turn, mask, grouping, norm_by_std, eps, unbiased, singleton: as
+        scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps, unbiased, singleton, scale: as
             :func:`grpo` (default grouping ``"prompt"``; ``singleton`` applies to the episode term).
         anchor: (B,) each call's anchor state (hashable; ``Sample.anchor_key``, a digest of the observation the
             agent acted on). Required.
@@ -877,7 +948,7 @@ def gigpo(
                         step_rewards=step_rewards)  # fmt: skip
     g = check_grouping(grouping, "prompt")
     episode = _group_normalised(
-        g, s, uid, agent_id, traj_uid, turn, valid, None, norm_by_std, eps, unbiased, singleton
+        g, s, uid, agent_id, traj_uid, turn, valid, None, units, norm_by_std, eps, unbiased, singleton, scale
     )
     r = s if step_rewards is None else check_scores(step_rewards)
     step_valid = valid & np.isfinite(r)
@@ -886,7 +957,7 @@ def gigpo(
     groups = np.zeros(len(s), dtype=np.int64)
     groups[rows] = anchor_groups(key[rows], [anchor[i] for i in rows], similarity_thresh=similarity_thresh)
     step = normalize_in_groups(np.where(step_valid, r, 0.0), groups, valid=step_valid, norm_by_std=norm_by_std,
-                               eps=eps, unbiased=unbiased, singleton="zero")  # fmt: skip
+                               eps=eps, unbiased=unbiased, singleton="zero", scale=scale)  # fmt: skip
     return episode + step_weight * step
 
 
@@ -950,6 +1021,7 @@ def remax(
     turn=None,
     mask=None,
     grouping=None,
+    units=None,
     norm_by_std=NORM_BY_STD,
     eps=EPS,
     unbiased=UNBIASED,
@@ -964,7 +1036,7 @@ def remax(
     rollout engine and :func:`greedy_baseline` gives each call the greedy episode's score under the same key.
 
     Args:
-        scores, uid, agent_id, traj_uid, turn, mask, grouping: as :func:`grpo` (default grouping ``"prompt"``:
+        scores, uid, agent_id, traj_uid, turn, mask, grouping, units: as :func:`grpo` (default grouping ``"prompt"``:
             ``v`` is the trajectory's mean call score, ``b`` the greedy trajectory's).
         baseline: (B,) each call's baseline (:func:`greedy_baseline`). Required. Non-finite entries exclude
             their rows (A = 0), with a warning.
@@ -988,8 +1060,9 @@ def remax(
             f"{bad} non-finite baseline(s): those calls get advantage 0", RuntimeWarning, stacklevel=2
         )
     valid &= np.isfinite(b)
-    u = units(
-        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn
+    u = group_units(
+        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        units=units,
     )
     _, unit_b, _ = group_stats(
         np.where(valid, b, 0.0), u.row_unit, unbiased=UNBIASED, weight=valid

@@ -16,12 +16,16 @@ from drmas_train.algorithm.advantages import (
     EPS,
     GROUPINGS,
     NORM_BY_STD,
+    SCALES,
     SINGLETON,
     SINGLETON_MODES,
     UNBIASED,
+    UNITS,
     get_estimator,
+    takes_scale,
 )
 from drmas_train.algorithm.gae import GAMMA, LAM
+from drmas_train.algorithm.grouping import resolve_units
 from drmas_train.algorithm.losses import KL_ESTIMATORS, LOSS_FIELDS, PolicyLossConfig
 from drmas_train.algorithm.reward_shaping import KL_CONTROLS
 from drmas_train.errors import ConfigError, require
@@ -47,11 +51,25 @@ class AlgorithmConfig:
     extra greedy episode per task each iteration for its baseline; ``gae`` is PPO with a critic, configured in the
     ``critic`` section)."""
     grouping: str | None = None
-    """which calls share a baseline: null (the estimator's own) | ``prompt`` (trajectories per prompt group) |
-    ``prompt_call`` (calls per prompt group) | ``prompt_agent`` (calls per prompt group and agent, Dr. MAS) |
-    ``prompt_agent_turn`` (and per turn, AT-GRPO); :mod:`drmas_train.algorithm.grouping`. ``reinforce_pp`` has none."""
+    """which calls share a baseline (the normalisation matrix's first axis, docs/advantages.md): null (the
+    estimator's own) | ``prompt`` (trajectories per prompt group) | ``prompt_call`` (calls per prompt group) |
+    ``prompt_agent`` (calls per prompt group and agent, Dr. MAS) | ``prompt_agent_turn`` (and per turn, AT-GRPO);
+    :mod:`drmas_train.algorithm.grouping`. ``reinforce_pp`` and ``gae`` have none."""
+    units: str | None = None
+    """what one normalised value is (the matrix's second axis): null (the grouping's own: ``trajectory`` under
+    ``prompt``, ``call`` under the others) | ``trajectory`` (a trajectory's calls in the group averaged into one
+    value; with ``grouping: prompt_agent``, each agent's calls in a trajectory: the per-agent cell over trajectories)
+    | ``call`` (each call its own value; ``grouping: prompt`` with ``units: call`` is ``prompt_call``).
+    ``prompt_call`` and ``prompt_agent_turn`` accept only ``call``."""
+    scale: str | None = None
+    """what the centred value ``v - m`` is divided by: null (``std``, or ``mean`` when ``norm_by_std: false``) |
+    ``std`` (the group's std, GRPO) | ``mean`` (nothing: Dr. GRPO's advantage, arXiv 2503.20783) | ``batch_std``
+    (the std of every unit of the batch: LitePPO's group mean with batch std, arXiv 2508.08221);
+    :mod:`drmas_train.algorithm.grouping`. Only the estimators with a std (:func:`~drmas_train.algorithm.advantages.
+    takes_scale`: the GRPO family, ``grpo_passk``, ``gigpo``) accept a scale."""
     norm_by_std: bool = NORM_BY_STD
-    """divide by the group std (False = Dr. GRPO, arXiv 2503.20783, with ``loss_agg: seq-mean-token-sum``)."""
+    """divide by the group std (False = Dr. GRPO, arXiv 2503.20783, with ``loss_agg: seq-mean-token-sum``): the
+    older spelling of ``scale`` (true: ``std``, false: ``mean``); kept for existing configs, set ``scale`` instead."""
     eps: float = EPS
     """added to the std."""
     unbiased_std: bool = UNBIASED
@@ -151,6 +169,24 @@ class AlgorithmConfig:
                 f"algorithm.grouping={self.grouping!r}; accepted: null (the estimator's own), {', '.join(GROUPINGS)}")  # fmt: skip
         require(self.grouping is None or DEFAULT_GROUPING[self.estimator] is not None,
                 f"algorithm.grouping={self.grouping!r}: {self.estimator} has no group baseline; accepted: null")  # fmt: skip
+        require(self.units is None or self.units in UNITS,
+                f"algorithm.units={self.units!r}; accepted: null (the grouping's own), {', '.join(UNITS)}")  # fmt: skip
+        require(self.units is None or DEFAULT_GROUPING[self.estimator] is not None,
+                f"algorithm.units={self.units!r}: {self.estimator} has no group baseline; accepted: null")  # fmt: skip
+        if self.units is not None:
+            grouping = self.grouping or DEFAULT_GROUPING[self.estimator]
+            try:
+                resolve_units(grouping, self.units)
+            except ValueError:
+                raise ConfigError(f"algorithm.units={self.units!r} with grouping {grouping!r}: a trajectory holds one "
+                                  f"call per unit of that grouping; accepted: null, call") from None  # fmt: skip
+        require(self.scale is None or self.scale in SCALES,
+                f"algorithm.scale={self.scale!r}; accepted: null (std, or mean with norm_by_std: false), {', '.join(SCALES)}")  # fmt: skip
+        require(self.scale is None or takes_scale(self.estimator),
+                f"algorithm.scale={self.scale!r}: {self.estimator} divides by no std; accepted: null")  # fmt: skip
+        require(self.scale is None or self.norm_by_std or self.scale == "mean",
+                f"algorithm.scale={self.scale!r} with algorithm.norm_by_std=false (the older spelling of scale=mean): "
+                "they contradict each other; drop norm_by_std, or set scale: mean")  # fmt: skip
         require(0 <= self.gamma <= 1, f"algorithm.gamma must be in [0, 1], got {self.gamma}")
         require(0 <= self.lam <= 1, f"algorithm.lam must be in [0, 1], got {self.lam}")
         require(self.reward_kl_coef >= 0, f"algorithm.reward_kl_coef must be >= 0 (0 = off), got {self.reward_kl_coef}")

@@ -1,17 +1,49 @@
-"""Which agent calls share a baseline: the grouping axis of the group-baseline advantage estimators.
+"""Which agent calls share a baseline, what one unit is, and what it is divided by: the normalisation matrix of the
+group-baseline advantage estimators (docs/advantages.md).
 
-Every group-baseline estimator of :mod:`drmas_train.algorithm.advantages` takes ``grouping=`` (``None`` = the
-estimator's own default) and reduces the batch to **units** (one value each) in **groups** (one baseline each):
+Every group-baseline estimator of :mod:`drmas_train.algorithm.advantages` takes ``grouping=`` and ``units=``
+(``None`` = the estimator's own / the grouping's own) and reduces the batch to **units** (one value each) in
+**groups** (one baseline each). Dr. MAS's Eq. (5) (arXiv 2602.08847) changes two axes of GRPO at once, the group
+key and the unit; they are two settings here:
 
-* ``prompt``: group key ``uid``; a unit is a trajectory, valued at the mean of its calls' scores (GRPO; the
-  reference without ``group_by_agent_id``, ``verl/trainer/ppo/core_algos.py:538-550``).
-* ``prompt_call``: group key ``uid``; a unit is a call, all agents pooled (the global step-level ablation).
-* ``prompt_agent``: group key (``uid``, ``agent_id``); a unit is a call (Dr. MAS, arXiv 2602.08847 Eq. (5); the
-  reference's ``group_by_agent_id``, ``verl/trainer/ppo/ray_trainer.py:269-271``).
-* ``prompt_agent_turn``: group key (``uid``, ``agent_id``, ``turn``); a unit is a call (AT-GRPO, arXiv 2510.11062;
-  ``turn`` is the agent's own call index, ``Sample.agent_turn``).
+* **grouping** (the group key): ``prompt`` (``uid``) | ``prompt_agent`` (``uid``, ``agent_id``), plus
+  ``prompt_call`` (``uid``; the older name of ``prompt`` over calls) and ``prompt_agent_turn`` (``uid``,
+  ``agent_id``, ``turn``; AT-GRPO, arXiv 2510.11062, ``turn`` the agent's own call index ``Sample.agent_turn``).
+* **units** (:data:`UNITS`): ``trajectory``: a unit is a trajectory's calls *in the group key* averaged into one
+  value (unit key (``uid``, ``traj_uid``) under ``prompt``, (``uid``, ``traj_uid``, ``agent_id``) under
+  ``prompt_agent``) and every one of those calls gets the unit's advantage; ``call``: each call is a unit with its
+  own score. ``None`` = the grouping's own (:data:`DEFAULT_UNITS`: ``trajectory`` for ``prompt``, ``call`` for the
+  others). ``prompt_call`` and ``prompt_agent_turn`` accept only ``call`` (a trajectory has one call per
+  (agent, turn)).
 
-Each row (call) gets the advantage of its unit: with ``prompt`` every call of a trajectory gets the trajectory's.
+The 2 x 2 (:data:`CELLS`) and the estimators that are its points (their default grouping, units null):
+
+=====================  ==================================  ==========================================
+units, grouping        ``prompt`` (one group per prompt)   ``prompt_agent`` (one per prompt and agent)
+=====================  ==================================  ==========================================
+``trajectory``         ``grpo`` (GRPO, the reference       ``grouping: prompt_agent, units: trajectory``
+                       without ``group_by_agent_id``,      (the cell Eq. (5) skips; no estimator has it
+                       ``core_algos.py:538-550``)          as its default)
+``call``               ``grpo_step`` (``prompt_call``;     ``drmas`` (Dr. MAS; the reference's
+                       ``grouping: prompt, units: call``)  ``group_by_agent_id``, ``ray_trainer.py:269-271``)
+=====================  ==================================  ==========================================
+
+With one call per agent per trajectory, ``prompt_agent`` over trajectories equals ``prompt_agent`` over calls;
+with one agent, every per-agent cell equals its global twin.
+
+The third axis, the **scale** (:data:`SCALES`), is what the centred value ``v - m`` is divided by
+(:func:`drmas_train.algorithm.advantages.normalize_in_groups`):
+
+* ``std``: the group's std, ``(v - m_g) / (s_g + eps)`` (GRPO; the default),
+* ``mean``: nothing, ``A = v - m_g`` (Dr. GRPO, arXiv 2503.20783; ``norm_by_std=False`` is this scale),
+* ``batch_std``: ``(v - m_g) / (s_batch + eps)``, ``s_batch`` the std of every valid unit's *value* (not of the
+  centred values) in the batch, all groups and all agents together (LitePPO, "group-level mean, batch-level std",
+  arXiv 2508.08221; implemented as ROLL, that paper's framework, computes it: ``reward_std =
+  response_level_rewards.std()`` then ``(rewards - group mean) / (reward_std + 1e-6)``, ``alibaba/ROLL
+  roll/utils/functionals.py`` ``reward_norm`` with ``norm_mean_type: group``, ``norm_std_type: batch``; AReaL's
+  ``adv_norm: {mean_level: group, std_level: batch}``). Its n-1 follows the estimators' ``unbiased`` flag.
+
+Each row (call) gets the advantage of its unit: with trajectory units every call of the unit gets the unit's.
 
 Shapes: **B** rows (calls), **U** units, **K** groups; id columns are (B,) arrays or sequences of hashable values.
 """
@@ -24,10 +56,48 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GROUPINGS", "POOLED_GROUPINGS", "Units", "check_grouping", "group_index", "group_key", "group_stats", "units"]
+__all__ = [
+    "ACCEPTED_UNITS",
+    "CELLS",
+    "DEFAULT_UNITS",
+    "GROUPINGS",
+    "POOLED_GROUPINGS",
+    "SCALES",
+    "UNITS",
+    "Units",
+    "cell",
+    "check_grouping",
+    "check_scale",
+    "group_index",
+    "group_key",
+    "group_stats",
+    "resolve_scale",
+    "resolve_units",
+    "units",
+]
 
 #: accepted ``grouping`` values (see the module doc).
 GROUPINGS = ("prompt", "prompt_call", "prompt_agent", "prompt_agent_turn")
+
+#: accepted ``units`` values: what one normalised value stands for (see the module doc).
+UNITS = ("trajectory", "call")
+
+#: grouping -> its units when ``units`` is None.
+DEFAULT_UNITS = {"prompt": "trajectory", "prompt_call": "call", "prompt_agent": "call", "prompt_agent_turn": "call"}
+
+#: grouping -> the units it accepts.
+ACCEPTED_UNITS = {"prompt": UNITS, "prompt_call": ("call",), "prompt_agent": UNITS, "prompt_agent_turn": ("call",)}
+
+#: (per agent?, units) -> (grouping, units): the 2 x 2 of Dr. MAS's Eq. (5) as settings (the module doc's table).
+CELLS: dict[tuple[bool, str], tuple[str, str]] = {
+    (False, "trajectory"): ("prompt", "trajectory"),
+    (False, "call"): ("prompt", "call"),
+    (True, "trajectory"): ("prompt_agent", "trajectory"),
+    (True, "call"): ("prompt_agent", "call"),
+}
+
+#: accepted scales (see the module doc); the first is the default.
+SCALES = ("std", "mean", "batch_std")
 
 #: groupings whose statistics pool the agents of a prompt group, so possibly of several models.
 POOLED_GROUPINGS = ("prompt", "prompt_call")
@@ -45,6 +115,60 @@ def check_grouping(grouping: str | None, default: str) -> str:
             f"grouping must be one of {list(GROUPINGS)} or None (the estimator's default), got {grouping!r}"
         )
     return g
+
+
+def resolve_units(grouping: str, units: str | None) -> str:
+    """The units of a run under ``grouping`` (checked): ``units``, or the grouping's own (:data:`DEFAULT_UNITS`).
+
+    Raises:
+        ValueError: unknown ``grouping``; ``units`` not in :data:`UNITS`, or not one ``grouping`` accepts
+            (``prompt_call`` and ``prompt_agent_turn``: only ``call``); the message lists the accepted ones.
+    """
+    g = check_grouping(grouping, grouping)
+    if units is None:
+        return DEFAULT_UNITS[g]
+    if units not in ACCEPTED_UNITS[g]:
+        raise ValueError(f"units must be one of {list(ACCEPTED_UNITS[g])} or None (the grouping's own, "
+                         f"{DEFAULT_UNITS[g]!r}) under grouping {g!r}, got {units!r}")  # fmt: skip
+    return units
+
+
+def cell(grouping: str, units: str | None = None) -> tuple[bool, str]:
+    """(per agent?, units) of ``grouping`` with ``units``: ``cell("prompt_agent", "trajectory") == (True,
+    "trajectory")``, ``cell("prompt_call") == (False, "call")`` (``prompt_agent_turn``: per agent, calls).
+
+    Raises:
+        ValueError: as :func:`resolve_units`.
+    """
+    u = resolve_units(grouping, units)
+    return grouping in ("prompt_agent", "prompt_agent_turn"), u
+
+
+def check_scale(scale: str) -> str:
+    """``scale``, checked.
+
+    Raises:
+        ValueError: ``scale`` not in :data:`SCALES` (the message lists them).
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {list(SCALES)}, got {scale!r}")
+    return scale
+
+
+def resolve_scale(scale: str | None, norm_by_std: bool) -> str:
+    """The scale a run uses: ``scale``, or, when it is ``None``, the one ``norm_by_std`` names (True: ``std``,
+    False: ``mean``; ``norm_by_std`` is the older spelling of these two scales).
+
+    Raises:
+        ValueError: ``scale`` not in :data:`SCALES`, or ``norm_by_std=False`` with a scale other than ``mean``
+            (the two settings contradict each other).
+    """
+    if scale is None:
+        return "std" if norm_by_std else "mean"
+    check_scale(scale)
+    if not norm_by_std and scale != "mean":
+        raise ValueError(f"norm_by_std=False means scale='mean', but scale={scale!r}; set only the scale")
+    return scale
 
 
 def group_index(*keys: Sequence[Any] | np.ndarray) -> np.ndarray:
@@ -135,27 +259,34 @@ def units(
     agent_id: Any,
     traj_uid: Any = None,
     turn: Any = None,
+    units: str | None = None,
 ) -> Units:
-    """Units and groups of the batch under ``grouping`` (one of :data:`GROUPINGS`).
+    """Units and groups of the batch under ``grouping`` (one of :data:`GROUPINGS`) and ``units``.
+
+    Trajectory units: a unit's value is the mean of its valid calls' scores, over the calls of one trajectory
+    (``prompt``) or of one agent in one trajectory (``prompt_agent``).
 
     Args:
         scores: (B,) float64. valid: (B,) bool, rows that take part (the others neither count nor get a value).
-        uid, agent_id: (B,) ids. traj_uid: (B,) ids, needed by ``prompt``. turn: (B,) ints, needed by
+        uid, agent_id: (B,) ids. traj_uid: (B,) ids, needed by trajectory units. turn: (B,) ints, needed by
             ``prompt_agent_turn``.
+        units: one of :data:`UNITS`, or None for the grouping's own (:data:`DEFAULT_UNITS`).
 
     Raises:
-        ValueError: unknown ``grouping``, or a column it needs is None.
+        ValueError: unknown ``grouping`` or ``units`` (:func:`resolve_units`), or a column they need is None.
     """
-    check_grouping(grouping, grouping)
-    needs = {"prompt": ("traj_uid", traj_uid), "prompt_agent_turn": ("turn", turn)}.get(grouping)
+    per_agent, unit = cell(grouping, units)
+    which = repr(grouping) if units is None else f"{grouping!r} with units {unit!r}"
+    needs = ("traj_uid", traj_uid) if unit == "trajectory" else ("turn", turn) if grouping == "prompt_agent_turn" else None
     if needs is not None and needs[1] is None:
-        raise ValueError(f"grouping {grouping!r} needs {needs[0]!r} (a (B,) column), got None")
+        raise ValueError(f"grouping {which} needs {needs[0]!r} (a (B,) column), got None")
     key = group_key(grouping, uid=uid, agent_id=agent_id, turn=turn)
-    if grouping != "prompt":
+    if unit == "call":
         s = np.where(valid, scores, 0.0)
         return Units(np.arange(len(s)), group_index(*key), s, np.asarray(valid, dtype=bool), key)
-    traj = group_index(uid, traj_uid)  # (B,) trajectory ids
-    count, value, _ = group_stats(scores, traj, unbiased=True, weight=valid)  # the mean of the valid calls' scores
+    # trajectory units: (uid, traj_uid), or (uid, traj_uid, agent_id) per agent
+    row_unit = group_index(uid, traj_uid, agent_id) if per_agent else group_index(uid, traj_uid)  # (B,)
+    count, value, _ = group_stats(scores, row_unit, unbiased=True, weight=valid)  # the mean of the valid calls' scores
     group = np.zeros(len(count), dtype=np.int64)
-    group[traj] = group_index(uid)
-    return Units(traj, group, value, count > 0, key)
+    group[row_unit] = group_index(*key)
+    return Units(row_unit, group, value, count > 0, key)

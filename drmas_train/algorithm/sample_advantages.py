@@ -89,7 +89,7 @@ def sample_advantages(
     env_step: str = "round",
 ) -> np.ndarray:
     """Advantages of ``samples`` under ``algorithm`` (the ``algorithm`` section of the training config:
-    ``estimator``, ``grouping``, ``norm_by_std``, ``eps``, ``unbiased_std``, ``singleton``, ``gamma``, ``lam``,
+    ``estimator``, ``grouping``, ``units``, ``scale``, ``norm_by_std``, ``eps``, ``unbiased_std``, ``singleton``, ``gamma``, ``lam``,
     ``gigpo_step_weight``): (B,) float64, one per call, or (B, T) per token for ``gae``.
 
     Args:
@@ -118,6 +118,10 @@ def sample_advantages(
         turn=[s.agent_turn for s in samples], grouping=a.grouping, norm_by_std=a.norm_by_std, eps=a.eps,
         unbiased=a.unbiased_std, singleton=a.singleton,
     )  # fmt: skip
+    if "scale" in params:
+        kw["scale"] = a.scale
+    if "units" in params:
+        kw["units"] = a.units
     if "token_count" in params:
         kw["token_count"] = [sum(s.response_mask) for s in samples]
     if "gamma" in params:

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from drmas_train.algorithm.advantages import effective_grouping
+from drmas_train.algorithm.grouping import cell
 
 __all__ = ["HealthWarning", "runaway_signals", "find_runaways", "HealthMonitor"]
 
@@ -73,7 +74,8 @@ class HealthWarning:
         line = (f"agent {self.agent!r}: {what} is {self.ratio:.1f}x the median of {scope} ({self.value:.3g} vs "
                 f"{self.others:.3g})")  # fmt: skip
         # per-agent baselines: the grouping in use (the estimator's own when unset) keeps agents apart
-        per_agent = effective_grouping(estimator, grouping) in ("prompt_agent", "prompt_agent_turn")
+        g = effective_grouping(estimator, grouping)
+        per_agent = g is not None and cell(g)[0]
         if not per_agent:
             return (f"{line}; one baseline shared by agents with different reward distributions inflates this agent's "
                     f"gradients (Dr. MAS Prop. 4.3); try algorithm.estimator=drmas (per-agent normalisation) or "

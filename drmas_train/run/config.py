@@ -411,6 +411,9 @@ def _validate_pacing(cfg: TrainConfig) -> None:
             f"and {len(trained)} trained models: its statistics pool the agents of several models, whose parts of a "
             f"group would be consumed at different steps; accepted: a per-agent grouping "
             f"({', '.join(g for g in GROUPINGS if g not in POOLED_GROUPINGS)})")  # fmt: skip
+    require(len(trained) < 2 or cfg.algorithm.scale != "batch_std", f"run.pacing=per_model with algorithm.scale="
+            f"batch_std and {len(trained)} trained models: its std pools the whole batch, whose models would differ "
+            "from step to step; accepted: algorithm.scale std or mean, or run.pacing=lockstep")  # fmt: skip
     require(len(trained) < 2 or cfg.algorithm.estimator not in BATCH_WHITENED, f"run.pacing=per_model with "
             f"algorithm.estimator={cfg.algorithm.estimator!r} and {len(trained)} trained models: it whitens over the "
             "whole batch, whose models would differ from step to step; use another estimator or run.pacing=lockstep")  # fmt: skip

@@ -2,7 +2,7 @@
 recipe's keys (and its run directory), and each runs one iteration end to end on a tiny random model.
 
 One preset per advantage estimator of the registry (``benchmarks/estimators.py`` runs them side by side), plus the
-loss/reward recipes (DAPO, KL in the reward)."""
+loss/reward recipes (DAPO, KL in the reward) and the normalisation matrix's arms (``quickstart_math_cell_*``)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,15 @@ RECIPES = {
         "algorithm.loss_agg": "seq-mean-token-sum",
     },
     "quickstart_math_gae": {"algorithm.estimator": "gae", "critic.lr": 2e-4},
+    # the normalisation-matrix arms that no estimator preset already is (benchmarks/normalisation_matrix/PROTOCOL.md):
+    # quickstart_math (drmas), quickstart_math_grpo and quickstart_math_grpo_step are the three others
+    "quickstart_math_cell_agent_traj": {"algorithm.grouping": "prompt_agent", "algorithm.units": "trajectory"},
+    "quickstart_math_cell_agent_call_mean": {"algorithm.scale": "mean"},
+    "quickstart_math_cell_agent_call_batchstd": {"algorithm.scale": "batch_std"},
+    "quickstart_math_cell_agent_traj_mean": {"algorithm.grouping": "prompt_agent", "algorithm.units": "trajectory",
+                                             "algorithm.scale": "mean"},
+    "quickstart_math_cell_agent_traj_batchstd": {"algorithm.grouping": "prompt_agent", "algorithm.units": "trajectory",
+                                                 "algorithm.scale": "batch_std"},
     "quickstart_math_dapo": {
         "rollout.filter_groups": True,
         "rollout.filter_groups_max_batches": 3,
