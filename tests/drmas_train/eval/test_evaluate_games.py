@@ -22,7 +22,8 @@ def test_cli_eval_of_a_game_against_a_fixed_opponent(tmp_path, capsys):
     out = tmp_path / "runs" / "random"
     argv = ["--env", KUHN, "--policy", "random", "--k", "16", "--env-kwarg", "opponent=cfr-v0", "--no-progress"]
     assert eval_cmd.main([*argv, "--out", str(out)]) == 0
-    assert "openspiel/kuhn_poker" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "  openspiel/kuhn_poker-v0 role all (n=16): return " in printed and ", loss " in printed
     rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and all(row["opponent"] == "cfr-v0" and len(row["learners"]) == 1 for row in rows)
     for row in rows:
