@@ -210,3 +210,19 @@ def test_importing_games_without_open_spiel_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyspiel", None)  # import pyspiel now raises ImportError
     with pytest.raises(ImportError, match=re.escape("drmas_envs.games needs OpenSpiel, drmas's optional extra 'games': pip install 'drmas[games]'")):
         importlib.import_module("drmas_envs.games")
+
+
+@pytest.mark.slow  # a fresh interpreter imports drmas_envs and open_spiel (~2 s)
+def test_playing_a_game_imports_no_torch():
+    import subprocess
+
+    code = (
+        "import sys, drmas_envs\n"
+        "from drmas_envs.core import play_episode\n"
+        "env = drmas_envs.make('openspiel/leduc_poker-v0', opponent='cfr-v0')\n"
+        "play_episode(env, {'player_0': lambda o: '?', 'player_1': lambda o: '?'}, seed=0)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False"]
