@@ -145,12 +145,11 @@ class OpenSpielEnv(TextAECEnv):
     def _prompt(self, agent: str) -> tuple[str, str]:
         player = self.possible_agents.index(agent)
         state = self._state
-        if state.is_terminal() or state.current_player() != player:
-            view = str(state)  # a done agent's view (PettingZoo observes every agent at any time)
-            legal: list[str] = []
-        else:
-            view = self._view(player)
-            legal = self._legal_names(player)
+        # PettingZoo may observe any agent at any time: it always gets its own view (never the hidden cards of
+        # str(state)); legal actions only when it is to act
+        acting = not state.is_terminal() and self._forfeit is None and state.current_player() == player
+        view = self._view(player)
+        legal = self._legal_names(player) if acting else []
         user = USER_PROMPT.format(
             title=self.TITLE, player=player, num_players=self.game.num_players(), rules=self.RULES,
             view_kind=self.VIEW.replace("_", " "), view=view, legal=", ".join(legal) or "(none: not your turn)",

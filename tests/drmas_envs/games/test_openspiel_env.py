@@ -226,3 +226,17 @@ def test_playing_a_game_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False"]
+
+
+def test_a_waiting_or_finished_agent_sees_only_its_own_view():
+    env = drmas_envs.make("openspiel/kuhn_poker-v0")
+    env.reset(seed=0)
+    state = env.unwrapped._state
+    waiting = env.observe("player_1")["prompt"]
+    assert f"OpenSpiel's information state string):\n{state.information_state_string(1)}\n" in waiting
+    assert "Legal actions: (none: not your turn)" in waiting
+    env.step("<action>Pass</action>")
+    env.step("<action>Pass</action>")
+    assert not env.agents or all(env.terminations.values())
+    done = env.observe("player_0")["prompt"]
+    assert f"string):\n{state.information_state_string(0)}\n" in done and str(state) not in done  # no hidden card
