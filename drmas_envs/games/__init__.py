@@ -4,15 +4,15 @@ Optional extra ``games`` (``pip install 'drmas[games]'``, which installs ``open_
 OpenSpiel; :mod:`drmas_envs.games.openspiel_env` only maps turns, observations, replies and returns onto the text
 AEC base. One module per registered id (its docstring is the env card); ``docs/games.md`` is the overview.
 
-========================================  ==================================  ===========================
-id                                        module                              fixed opponents
-========================================  ==================================  ===========================
-``openspiel/kuhn_poker-v0``               :mod:`~drmas_envs.games.kuhn_poker`     random-v0, cfr-v0
-``openspiel/leduc_poker-v0``              :mod:`~drmas_envs.games.leduc_poker`    random-v0, cfr-v0
-``openspiel/liars_dice-v0``               :mod:`~drmas_envs.games.liars_dice`     random-v0
-``openspiel/tic_tac_toe-v0``              :mod:`~drmas_envs.games.tic_tac_toe`    random-v0, mcts-v0
-``openspiel/connect_four-v0``             :mod:`~drmas_envs.games.connect_four`   random-v0, mcts-v0
-========================================  ==================================  ===========================
+| id | module | fixed opponents |
+|---|---|---|
+| ``openspiel/kuhn_poker-v0`` | :mod:`drmas_envs.games.kuhn_poker` | ``random-v0``, ``cfr-v0`` |
+| ``openspiel/leduc_poker-v0`` | :mod:`drmas_envs.games.leduc_poker` | ``random-v0``, ``cfr-v0`` |
+| ``openspiel/liars_dice-v0`` | :mod:`drmas_envs.games.liars_dice` | ``random-v0`` |
+| ``openspiel/tic_tac_toe-v0`` | :mod:`drmas_envs.games.tic_tac_toe` | ``random-v0``, ``mcts-v0`` |
+| ``openspiel/connect_four-v0`` | :mod:`drmas_envs.games.connect_four` | ``random-v0``, ``mcts-v0`` |
+
+Per-role evaluation of the played episodes: :mod:`drmas_envs.core.role_stats` (needs no OpenSpiel).
 
 Raises:
     ImportError: on import when OpenSpiel is not installed (the message names the extra).

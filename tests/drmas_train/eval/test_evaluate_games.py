@@ -47,3 +47,12 @@ def test_cli_eval_of_a_game_against_a_fixed_opponent(tmp_path, capsys):
 def test_rows_without_per_agent_rewards_have_no_roles():
     row = {"env_id": "e", "data_source": "d", "task_id": "t", "won": True, "reward": 1.0}
     assert "roles" not in summarize_episodes([row])["e"]["overall"]
+
+
+def test_oracle_refuses_a_game_in_one_line(tmp_path, capsys):
+    assert eval_cmd.main(["--env", KUHN, "--k", "1", "--no-progress", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "drmas eval: baseline 'oracle' plays a task's ground truth, and game env 'openspiel_kuhn_poker_v0' has none; "
+        "use --policy random (the env then plays a random legal move for each invalid reply) or --policy llm\n"
+    )
