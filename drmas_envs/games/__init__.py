@@ -20,7 +20,7 @@ Raises:
 
 try:
     import pyspiel  # noqa: F401  (the C++ core of open_spiel)
-except ImportError as err:  # pragma: no cover - exercised in a subprocess by the tests
+except ImportError as err:  # tests: test_importing_games_without_open_spiel_names_the_extra
     raise ImportError(
         "drmas_envs.games needs OpenSpiel, drmas's optional extra 'games': pip install 'drmas[games]' "
         "(or pip install 'open_spiel>=2.0.2,<2.1')"
