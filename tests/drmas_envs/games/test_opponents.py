@@ -74,6 +74,7 @@ def test_cfr_opponent_beats_a_random_player_in_kuhn_poker():
     assert stats.win_rate > stats.loss_rate
 
 
-def test_mcts_opponent_beats_a_random_player_in_tic_tac_toe():
-    stats = role_stats(play_against("openspiel/tic_tac_toe-v0", "mcts-v0", range(40)))["all"]
+@pytest.mark.parametrize("env_id", ["openspiel/tic_tac_toe-v0", "openspiel/connect_four-v0"])
+def test_mcts_opponent_beats_a_random_player(env_id):
+    stats = role_stats(play_against(env_id, "mcts-v0", range(30)))["all"]
     assert stats.win_rate <= 0.1 and stats.loss_rate >= 0.7
