@@ -9,4 +9,10 @@ register("math-generator-verifier-refiner-v0", "drmas_envs.math.generator_verifi
 # Search (drmas_envs/search/)
 register("search-orchestrator-v0", "drmas_envs.search.orchestrator:env")
 register("search-r1-v0", "drmas_envs.search.search_r1:env")
+# Games (drmas_envs/games/, optional extra "games": OpenSpiel)
+register("openspiel/kuhn_poker-v0", "drmas_envs.games.kuhn_poker:env")
+register("openspiel/leduc_poker-v0", "drmas_envs.games.leduc_poker:env")
+register("openspiel/liars_dice-v0", "drmas_envs.games.liars_dice:env")
+register("openspiel/tic_tac_toe-v0", "drmas_envs.games.tic_tac_toe:env")
+register("openspiel/connect_four-v0", "drmas_envs.games.connect_four:env")
 _ = register

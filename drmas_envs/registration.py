@@ -6,7 +6,8 @@ version. Every lookup failure raises its own subclass of :class:`RegistrationErr
 what was wrong and what is accepted (closest ids via :mod:`difflib`, known versions, ``pprint_registry()``).
 
 Built-in envs register when :mod:`drmas_envs` is imported. Where pettingzoo >= 1.27 ships its own
-registry (``pettingzoo.env_registry``), they are mirrored there under the ``drmas/`` namespace.
+registry (``pettingzoo.env_registry``), they are mirrored there under the ``drmas/`` namespace (an id with its own
+namespace, ``openspiel/kuhn_poker-v0``, keeps it: PettingZoo's ids have one namespace at most).
 
 Example:
     >>> import drmas_envs
@@ -257,7 +258,8 @@ def pprint_registry(print_output: bool = True) -> str | None:
 
 
 def _mirror_into_pettingzoo(env_spec: EnvSpec) -> None:
-    """Register ``env_spec`` in pettingzoo's own registry as ``drmas/<id>`` when pettingzoo has one (>= 1.27)."""
+    """Register ``env_spec`` in pettingzoo's own registry when pettingzoo has one (>= 1.27): as ``drmas/<id>``, or
+    as the id itself when it has a namespace (``openspiel/kuhn_poker-v0``), as Gymnasium's mirror does."""
     try:
         pz_registry = importlib.import_module("pettingzoo.env_registry")
     except ImportError:
@@ -266,6 +268,7 @@ def _mirror_into_pettingzoo(env_spec: EnvSpec) -> None:
     if pz_register is None:
         return
     try:
-        pz_register("aec", f"drmas/{env_spec.id}", env_spec.entry_point, kwargs=dict(env_spec.kwargs))
+        pz_id = env_spec.id if env_spec.namespace is not None else f"drmas/{env_spec.id}"
+        pz_register("aec", pz_id, env_spec.entry_point, kwargs=dict(env_spec.kwargs))
     except Exception:  # noqa: BLE001 - an incompatible pettingzoo registry must not break our own
         return

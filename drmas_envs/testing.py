@@ -209,7 +209,11 @@ def check_episode_record(env_id: str, *, seeds: tuple[int, ...] = (0, 1, 2), max
             ("reward", record.reward, final.get("score")),
             ("won", record.won, final.get("won")),
             ("returns", dict(record.returns), {a: float(r) for a, r in env.unwrapped.episode_returns.items()}),
-            ("scores", [c.score for c in record.calls], [record.reward - c.penalty for c in record.calls]),
+            (
+                "scores",
+                [c.score for c in record.calls],
+                [record.reward_of(c.agent_id) - c.penalty for c in record.calls],
+            ),
             ("json round trip", EpisodeRecord.from_dict(json.loads(json.dumps(record.to_dict()))), record),
         ]
         for name, value, expected in checks:

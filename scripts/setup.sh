@@ -2,7 +2,7 @@
 # Create ./.venv with drmas and everything its tests and the quickstart need, offline-capable afterwards.
 #
 #   bash scripts/setup.sh            # CPU build of torch (the default; ~1 GB)
-#   DRMAS_EXTRAS=train,test bash scripts/setup.sh   # fewer extras (default: train,dense,server,test,marl)
+#   DRMAS_EXTRAS=train,test bash scripts/setup.sh   # fewer extras (default: train,dense,server,test,marl,games)
 #
 # Notes:
 # - torch is pinned to 2.13.0 first: on the project's machines that takes the CPU build already on disk;
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-EXTRAS=${DRMAS_EXTRAS:-train,dense,server,test,marl}
+EXTRAS=${DRMAS_EXTRAS:-train,dense,server,test,marl,games}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then

@@ -41,7 +41,8 @@ class CallRecord:
         valid: whether the action followed the agent's protocol (``infos[agent]["is_action_valid"]``).
         penalty: the format penalty of this call (``0.0`` when valid), in reward units.
         info: the acting agent's step info (``infos[agent]`` after the call, before the episode's final fields).
-        score: the call's score ``R - penalty``; ``None`` while the episode runs (``R`` is not known yet).
+        score: the call's score ``R - penalty`` (``R`` of its agent, :meth:`EpisodeRecord.reward_of`); ``None``
+            while the episode runs (``R`` is not known yet).
     """
 
     agent_id: str
@@ -99,6 +100,9 @@ class EpisodeRecord:
         returns: ``agent_id -> return``: ``R`` minus that agent's format penalties.
         traj_uid: the episode's id, set by whoever played it (the rollout engine, ``record_episode``);
             ``None`` as the env returns it.
+        agent_rewards: ``agent_id -> R_agent`` (before penalties) where the agents' rewards differ by construction
+            (games: each seat's game return; ``reward`` is then one reference agent's, see the env's card);
+            empty (every other env): every agent receives ``reward``. Read it through :meth:`reward_of`.
     """
 
     task: Task
@@ -110,6 +114,17 @@ class EpisodeRecord:
     truncated: bool = False
     returns: Mapping[str, float] = dataclasses.field(default_factory=dict)
     traj_uid: str | None = None
+    agent_rewards: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def reward_of(self, agent: str) -> float:
+        """The episode reward ``agent`` received before penalties: ``agent_rewards[agent]``, else ``reward``.
+
+        Raises:
+            KeyError: ``agent`` is not one of ``agents``.
+        """
+        if agent not in self.agents:
+            raise KeyError(f"agent {agent!r} is not in this episode's agents {list(self.agents)}")
+        return float(self.agent_rewards.get(agent, self.reward))
 
     @property
     def task_id(self) -> str:
@@ -162,6 +177,7 @@ class EpisodeRecord:
             "truncated": self.truncated,
             "returns": dict(self.returns),
             "traj_uid": self.traj_uid,
+            "agent_rewards": dict(self.agent_rewards),
         }
 
     @classmethod
@@ -177,6 +193,7 @@ class EpisodeRecord:
             truncated=bool(row["truncated"]),
             returns=dict(row["returns"]),
             traj_uid=row.get("traj_uid"),
+            agent_rewards={a: float(r) for a, r in row.get("agent_rewards", {}).items()},
         )
 
 

@@ -13,7 +13,8 @@ Hooks (called by the base only):
 Reward convention (the Dr. MAS reference): at the end every agent receives the episode reward ``R``;
 each *invalid* call costs its agent ``format_penalty`` at the step it was made. So an agent's cumulative
 reward is ``R - format_penalty * (number of its invalid calls)``, and one call's own score is
-``R - infos["penalty"]`` of that call.
+``R - infos["penalty"]`` of that call. Where the agents' rewards differ by construction (games, where each seat
+gets its own return), ``R`` is per agent, ``R_agent`` (:attr:`Outcome.rewards`); the rest is unchanged.
 
 The played episode: ``history`` holds one :class:`~drmas_envs.core.episode.CallRecord` per call (with the
 prompt the agent saw), and :meth:`TextAECEnv.episode_record` returns the finished episode as one
@@ -60,11 +61,22 @@ class Turn:
 
 @dataclasses.dataclass
 class Outcome:
-    """The end of an episode: reward ``reward`` for every agent plus ``won`` and task-specific fields."""
+    """The end of an episode: reward ``reward`` for every agent plus ``won`` and task-specific fields.
+
+    ``rewards`` (``agent_id -> reward``, every agent of ``possible_agents``) is for envs whose agents' rewards differ
+    by construction (the games of :mod:`drmas_envs.games`: each seat gets its own game return): each agent then
+    receives ``rewards[agent]`` instead of ``reward``, and ``reward``/``won`` describe one reference agent (the env
+    says which). ``None`` (every other env): every agent receives ``reward``.
+    """
 
     reward: float
     won: bool
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    rewards: dict[str, float] | None = None
+
+    def reward_of(self, agent: str) -> float:
+        """The episode reward ``agent`` receives: ``rewards[agent]`` when given, else ``reward``."""
+        return float(self.reward if self.rewards is None else self.rewards[agent])
 
 
 #: The entries of ``TextAECEnv.history`` (older name; ``.agent``, ``.text``, ``.valid``, ``.info`` still work).
@@ -271,7 +283,7 @@ class TextAECEnv(AECEnv):
             final = {"won": bool(outcome.won), "score": float(outcome.reward), **outcome.info}
             done = self.truncations if turn.truncated else self.terminations
             for a in self.agents:
-                self.rewards[a] += float(outcome.reward)
+                self.rewards[a] += outcome.reward_of(a)
                 done[a] = True
                 self.infos[a] = {**self.infos[a], **final}
         else:
@@ -319,7 +331,7 @@ class TextAECEnv(AECEnv):
         return "\n".join(lines)
 
     def episode_record(self) -> EpisodeRecord:
-        """The finished episode: task, calls in order (each with its score ``R - penalty``) and outcome.
+        """The finished episode: task, calls in order (each with its score ``R_agent - penalty``) and outcome.
 
         Returns:
             a new :class:`~drmas_envs.core.episode.EpisodeRecord` (``traj_uid`` None: the player sets it).
@@ -331,16 +343,17 @@ class TextAECEnv(AECEnv):
             raise RuntimeError(
                 f"{type(self).__name__}.episode_record() needs a finished episode; play it until every agent is done"
             )
-        reward = float(self._outcome.reward)
+        outcome = self._outcome
         return EpisodeRecord(
             task=self.task,
             agents=tuple(self.possible_agents),
-            calls=tuple(dataclasses.replace(c, score=reward - c.penalty) for c in self.history),
-            reward=reward,
+            calls=tuple(dataclasses.replace(c, score=outcome.reward_of(c.agent_id) - c.penalty) for c in self.history),
+            reward=float(outcome.reward),
             won=bool(self._outcome.won),
             metrics=dict(self._outcome.info),
             truncated=self._truncated,
             returns={a: float(r) for a, r in self.episode_returns.items()},
+            agent_rewards={} if outcome.rewards is None else {a: float(r) for a, r in outcome.rewards.items()},
         )
 
     def close(self) -> None:

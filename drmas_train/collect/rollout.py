@@ -394,7 +394,7 @@ def _finish(slot: _Slot, samples: list[Sample], start: float) -> TrajectoryRecor
                 is_action_valid=call.valid,
                 reward=call.score,
                 won=episode.won,
-                score=episode.reward,
+                score=episode.reward_of(call.agent_id),
                 data_source=episode.data_source,
                 task_id=episode.task_id,
                 finish_reason=gen.finish_reason,

@@ -47,7 +47,9 @@ class Sample:
         prompt_text, response_text: the decoded strings (``response_text`` is the env action).
         is_action_valid: whether the env judged the action valid.
         reward: this call's score: the episode reward minus this call's format penalty.
-        won, score: per-trajectory outcome (``score`` = episode reward before penalties).
+        won, score: per-trajectory outcome (``score`` = the episode reward this call's agent received before
+            penalties, ``EpisodeRecord.reward_of(agent_id)``: the same for every agent except in games, where each
+            seat gets its own return).
         data_source, task_id: the task's tags.
         finish_reason: ``"stop"`` or ``"length"``.
         extra: free-form, JSON-serialisable.

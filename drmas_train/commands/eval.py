@@ -211,7 +211,8 @@ def config_from_args(args: argparse.Namespace, *, agent_models: dict[str, Any] |
 
 
 def report(summary: dict[str, Any]) -> str:
-    """A short console table: env, data source, tasks, avg@k and pass@k (k = the run's k)."""
+    """A short console table: env, data source, tasks, avg@k and pass@k (k = the run's k); for games, one line per
+    role of the env's overall cell (mean return and win/draw/loss rates, ± one standard error over episodes)."""
     k = summary["k"]
     lines = [f"{'env':<34} {'data_source':<18} {'tasks':>5} {'avg@' + str(k):>9} {'pass@' + str(k):>9}"]
     for env_id, cells in summary["metrics"].items():
@@ -220,7 +221,22 @@ def report(summary: dict[str, Any]) -> str:
             pass_k = "—" if est is None else f"{100 * est['value']:.1f}%"
             avg = f"{100 * cell['avg@k']['value']:.1f}%"
             lines.append(f"{env_id:<34} {src:<18} {cell['num_tasks']:>5} {avg:>9} {pass_k:>9}")
+        for role, st in cells.get("overall", {}).get("roles", {}).items():
+            lines.append(f"  {env_id} role {role} (n={st['episodes']}): return {_pm(st['mean_return'], st['return_se'])}, "
+                         f"win {_pm(100 * st['win_rate'], _pct(st['win_se']), '%')}, "
+                         f"draw {_pm(100 * st['draw_rate'], _pct(st['draw_se']), '%')}, "
+                         f"loss {_pm(100 * st['loss_rate'], _pct(st['loss_se']), '%')}")  # fmt: skip
     return "\n".join(lines)
+
+
+def _pct(se: float | None) -> float | None:
+    return None if se is None else 100 * se
+
+
+def _pm(value: float, se: float | None, unit: str = "") -> str:
+    """``"-0.22 ± 0.24"``, or ``"55.4% ± 5.0%"`` with ``unit="%"`` (no ``±`` part without a standard error)."""
+    digits = 1 if unit == "%" else 2
+    return f"{value:.{digits}f}{unit}" + ("" if se is None else f" ± {se:.{digits}f}{unit}")
 
 
 def main(argv: list[str]) -> int:

@@ -91,7 +91,13 @@ def _search_action(env: Any, agent: str, answer: str, policy: str) -> str:
 
 
 def oracle(env: Any, agent: str, rng: random.Random) -> str:
-    """Ground truth in the env's protocol (see the module docstring). Raises BaselineError for unknown roles."""
+    """Ground truth in the env's protocol (see the module docstring). Raises BaselineError for unknown roles, and for
+    games, which have no ground truth."""
+    if type(env).__module__.startswith("drmas_envs.games"):
+        raise BaselineError(
+            f"baseline 'oracle' plays a task's ground truth, and game env {_env_name(env)!r} has none; use --policy "
+            "random (the env then plays a random legal move for each invalid reply) or --policy llm"
+        )
     if _is_search(env):
         return _search_action(env, agent, _gold(env), "oracle")
     roles = _roles(env, agent)

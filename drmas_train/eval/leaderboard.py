@@ -43,14 +43,17 @@ class LeaderboardError(ValueError):
 def suite_of(data_source: str, env_id: str | None = None) -> str:
     """The suite a ``data_source`` belongs to: ``"math"`` or ``"search"`` for the known benchmarks (a suffix after
     ``/`` is ignored: ``"math500/level5"`` is math); otherwise ``"<domain>-other"`` where the domain is the first
-    word of the env id (``reasoning_gym/gsm_symbolic`` on ``math-solver-v0`` -> ``"math-other"``), else ``"other"``.
+    word of the env id (``reasoning_gym/gsm_symbolic`` on ``math-solver-v0`` -> ``"math-other"``), or its namespace
+    when it has one (``openspiel/kuhn_poker-v0`` -> ``"openspiel-other"``: a suite name is part of a file name, so it
+    never holds a ``/``), else ``"other"``.
     """
     base = data_source.split("/", 1)[0].lower()
     for suite, sources in SUITES.items():
         if base in sources:
             return suite
     if env_id:
-        return f"{env_id.split('-', 1)[0].lower()}-{OTHER_SUITE}"
+        domain = env_id.split("/", 1)[0] if "/" in env_id else env_id.split("-", 1)[0]
+        return f"{domain.lower()}-{OTHER_SUITE}"
     return OTHER_SUITE
 
 

@@ -254,6 +254,11 @@ def _summarize_group(rows: list[Mapping[str, Any]], k_values: Sequence[int]) -> 
         if all(row.get(field) is not None for row in rows):
             out[field] = avg_at_k(list(group_correct(rows, field).values())).to_dict()
     out["agents"] = per_agent_stats(rows)
+    if all(row.get("agent_rewards") for row in rows):  # games: per-role return and win/draw/loss rates
+        from drmas_envs.core.role_stats import role_outcomes  # here: other results never import drmas_envs
+
+        roles = role_outcomes((row["agent_rewards"], row.get("learners")) for row in rows)
+        out["roles"] = {role: stats.to_dict() for role, stats in roles.items()}
     turns = [float(row.get("num_turns", 0)) for row in rows]
     out["num_turns"] = mean_stderr(turns).to_dict()
     return out
@@ -276,8 +281,10 @@ def summarize_episodes(
 
     Each cell holds ``avg@k``, ``reward`` (mean episode score), ``pass@k`` and ``any_of_k`` for each k in
     ``k_values`` not exceeding the smallest per-task sample count (default :func:`default_k_values`),
-    EM/F1/number of searches where every row has them, ``num_turns``, and per-agent
-    ``valid_action_rate``/``calls``/``tokens_in``/``tokens_out``; estimates are ``{"value", "stderr", "n"}``
+    EM/F1/number of searches where every row has them, ``num_turns``, per-agent
+    ``valid_action_rate``/``calls``/``tokens_in``/``tokens_out``, and for games (every row has ``agent_rewards``)
+    ``roles``: per role, mean return and win/draw/loss rates with standard errors over episodes
+    (:func:`drmas_envs.core.role_stats.role_outcomes`); estimates are ``{"value", "stderr", "n"}``
     with n = number of tasks. "overall" pools all tasks of the env (a task is (data_source, task_id)).
 
     Raises:

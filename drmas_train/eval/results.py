@@ -204,7 +204,8 @@ def episode_fields(
     Returns:
         ``data_source``, ``task_id``, ``num_turns``, ``reward``, ``won``, ``returns``, ``calls``,
         ``invalid_actions``, ``tokens_in``, ``tokens_out``, ``wall_time_s``, the QA fields found in the
-        episode's metrics (:data:`QA_INFO_KEYS`) and the optional fields above. Add the run's fields and pass
+        episode's metrics (:data:`QA_INFO_KEYS`), for games (``episode.agent_rewards`` set) ``agent_rewards``,
+        ``learners`` and ``opponent``, and the optional fields above. Add the run's fields and pass
         the result to :func:`episode_row`.
     """
     tokens_in, tokens_out = tokens_in or {}, tokens_out or {}
@@ -223,6 +224,10 @@ def episode_fields(
     }
     if finish_reasons is not None:
         fields.update(truncated=bool(episode.truncated), finish_reasons=list(finish_reasons))
+    if episode.agent_rewards:  # games: each seat's own return, who learned, against whom
+        fields["agent_rewards"] = {a: float(r) for a, r in episode.agent_rewards.items()}
+        fields["learners"] = list(episode.metrics.get("learners") or episode.agents)
+        fields["opponent"] = episode.metrics.get("opponent")
     for field, keys in QA_INFO_KEYS.items():
         value = next((episode.metrics[k] for k in keys if _is_number(episode.metrics.get(k))), None)
         if value is not None:

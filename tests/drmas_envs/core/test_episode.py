@@ -97,3 +97,19 @@ def test_check_episode_record_names_a_disagreement(monkeypatch):
     monkeypatch.setattr(TextAECEnv, "episode_record", lying)
     with pytest.raises(ConformanceError, match=r"math-solver-v0: episode record \(seed 0\) won is"):
         check_episode_record("math-solver-v0")
+
+
+def test_per_agent_rewards_reward_of_and_rows_written_before_them():
+    from drmas_envs.core import Task
+
+    record = EpisodeRecord(
+        task=Task("g-0", "openspiel/g", "rules", ""), agents=("player_0", "player_1"), calls=(), reward=1.0,
+        won=True, agent_rewards={"player_0": 1.0, "player_1": -1.0},
+    )  # fmt: skip
+    assert (record.reward_of("player_0"), record.reward_of("player_1")) == (1.0, -1.0)
+    with pytest.raises(KeyError, match=re.escape("agent 'solver' is not in this episode's agents ['player_0', 'player_1']")):
+        record.reward_of("solver")
+    assert EpisodeRecord.from_dict(record.to_dict()) == record
+    old = record.to_dict()
+    del old["agent_rewards"]  # a row written before the field existed: every agent received `reward`
+    assert EpisodeRecord.from_dict(old).reward_of("player_1") == 1.0

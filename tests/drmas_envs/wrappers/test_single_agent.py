@@ -194,8 +194,10 @@ def test_importing_the_wrappers_registers_gymnasium_ids_without_torch():
 
     code = (
         "import sys, gymnasium, drmas_envs.wrappers; "
-        "ids = sorted(i for i in gymnasium.registry if i.startswith('drmas/')); "
-        "assert ids == sorted('drmas/' + i for i in drmas_envs.registry), ids; "
+        "from drmas_envs.wrappers import gymnasium_id; "
+        "ids = sorted(i for i in gymnasium.registry if i.startswith('drmas/') or i.startswith('openspiel/')); "
+        "assert ids == sorted(gymnasium_id(i) for i in drmas_envs.registry), ids; "
+        "assert 'openspiel/kuhn_poker-v0' in ids, ids; "
         "assert 'torch' not in sys.modules, 'drmas_envs.wrappers imported torch'"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
