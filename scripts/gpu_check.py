@@ -9,7 +9,8 @@ What runs:
 
 1. ``single``: :func:`drmas_train.run.trainer.train` for ``--iterations`` iterations on a two-agent env defined
    here (reward = the share of vowels among the letters both agents wrote: dense, so advantages are non-zero):
-   the real lock-step rollout with the HF backend, Dr. MAS advantages, the PPO update with AdamW, a checkpoint.
+   the real lock-step rollout with the HF backend, Dr. MAS advantages, the PPO update with AdamW, a checkpoint,
+   in the paper presets' precision: float32 master weights computing in ``--dtype`` (bf16 on CUDA) at their lr 1e-6.
 2. ``fsdp``: ``torch.distributed`` with one rank (nccl on CUDA, gloo on CPU), the same architecture with
    float32 master weights wrapped by FSDP2 ``fully_shard`` (bf16 compute through ``MixedPrecisionPolicy``),
    ``--fsdp-steps`` :func:`drmas_train.distributed.data_parallel.dp_ppo_update` calls on the last iteration's samples, then a
@@ -18,7 +19,9 @@ What runs:
    (``optimizer_offloaded``).
 
 Output (stdout, one line): ``{"ok", "device", "torch", "transformers", "cuda", "dtype", "model", "single",
-"fsdp", "loss_finite", "wall_s"}``; ``single``/``fsdp`` hold tokens/s (``rollout_tokens_per_s``: generated
+"fsdp", "loss_finite", "weights_moved", "wall_s"}``; ``weights_moved``: every update with a gradient changed at least
+half of the weights that had one (``single.update_changed_frac_min``, ``fsdp.update_changed_frac``;
+:mod:`drmas_train.algorithm.update_size`), false when an update's steps were rounded away (``ok`` is then false); ``single``/``fsdp`` hold tokens/s (``rollout_tokens_per_s``: generated
 tokens per second of rollout; ``update_tokens_per_s``: prompt + response tokens through forward + backward per
 second of update), ``peak_gpu_mem_mb`` (``torch.cuda.max_memory_allocated``; null on CPU) and per-phase seconds.
 Throughputs are medians over the iterations after the first (the first pays CUDA start-up), or over all when
@@ -175,8 +178,13 @@ def make_loader(args: argparse.Namespace):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
             model = model_cls(config)
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[spec.dtype]
-        return LoadedModel(model_id, model.to(device=spec.device, dtype=dtype).eval(), tok, spec)
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[spec.weights_dtype()]
+        model = model.to(device=spec.device, dtype=dtype).eval()
+        if spec.holds_masters():  # float32 master weights computing in spec.dtype, as load_model does
+            from drmas_train.model.precision import mark_compute_dtype
+
+            mark_compute_dtype(model, getattr(torch, spec.dtype))
+        return LoadedModel(model_id, model, tok, spec)
 
     return loader
 
@@ -205,6 +213,20 @@ def _reset_peak(device: str) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
+def _min_finite(values: list[Any]) -> float | None:
+    """The smallest finite value (None when there is none: no update had a gradient)."""
+    finite = [v for v in values if v is not None and v == v]
+    return min(finite) if finite else None
+
+
+def _moved(frac: float | None) -> bool:
+    """An update size check that passes: every update with a gradient moved at least half of those weights
+    (:data:`drmas_train.algorithm.update_size.MIN_CHANGED_FRAC`), or no update had one to check."""
+    from drmas_train.algorithm.update_size import MIN_CHANGED_FRAC
+
+    return frac is None or frac >= MIN_CHANGED_FRAC
+
+
 def _steady(values: list[float]) -> float:
     """Median over the iterations after the first (start-up), or over all when there is one."""
     return statistics.median(values[1:] if len(values) > 1 else values)
@@ -229,7 +251,7 @@ agents: {{a: shared, b: shared}}
 rollout: {{batch_size: {args.tasks}, group_size: {args.group_size}, temperature: 1.0,
           max_new_tokens: {args.max_new_tokens}, max_prompt_tokens: 256}}
 algorithm: {{estimator: drmas}}
-optim: {{lr: 1.0e-5, micro_batch_tokens: 16384}}
+optim: {{lr: 1.0e-6, micro_batch_tokens: 16384}}
 """
     )
     cfg = load_config(str(yaml))
@@ -238,7 +260,7 @@ optim: {{lr: 1.0e-5, micro_batch_tokens: 16384}}
     train(cfg, loader=make_loader(args))
     wall = time.perf_counter() - t0
     rows = read_metrics(work / "run" / "metrics.jsonl")
-    gen_tps, upd_tps, finite, samples = [], [], True, []
+    gen_tps, upd_tps, finite, samples, changed = [], [], True, [], []
     for i, row in enumerate(rows, start=1):
         samples = load_samples(work / "run" / "samples" / f"iter_{i:06d}.jsonl")
         adv = compute_advantages(cfg, samples)
@@ -249,6 +271,7 @@ optim: {{lr: 1.0e-5, micro_batch_tokens: 16384}}
         for key in ("loss/shared/pg_loss", "loss/shared/grad_norm"):
             value = row.get(key)
             finite &= value is not None and value == value and abs(value) != float("inf")
+        changed.append(row.get("loss/shared/update_changed_frac"))
     out = {
         "iterations": len(rows),
         "samples_per_iteration": len(samples),
@@ -261,6 +284,9 @@ optim: {{lr: 1.0e-5, micro_batch_tokens: 16384}}
         "last_pg_loss": rows[-1].get("loss/shared/pg_loss"),
         "last_grad_norm": rows[-1].get("loss/shared/grad_norm"),
         "score_mean": rows[-1].get("rollout/score_mean"),
+        # the paper presets' precision at their lr 1e-6: float32 masters, so every weight with a gradient moves
+        "update_changed_frac_min": _min_finite(changed),
+        "update_rel_last": rows[-1].get("loss/shared/update_rel"),
         "wall_s": round(wall, 2),
     }
     return out, cfg, samples
@@ -314,7 +340,7 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
         for layer in model.model.layers:
             fully_shard(layer, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
-        opt = build_optimizer("shared", model, lr=1e-5, offload=True)  # the paper presets' optim.offload
+        opt = build_optimizer("shared", model, lr=1e-6, offload=True)  # the paper presets' lr and optim.offload
         adv = compute_advantages(cfg, samples)
         tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
         times, finite, last = [], True, {}
@@ -353,6 +379,8 @@ def run_fsdp(args: argparse.Namespace, dtype: str, work: Path, cfg: Any, samples
             "last_grad_norm": last.get("grad_norm"),
             "checkpoint_roundtrip": bool(ckpt_ok),
             "optimizer_offloaded": offloaded,
+            "update_changed_frac": last.get("update_changed_frac"),
+            "update_rel": last.get("update_rel"),
         }
     finally:
         dist.destroy_process_group()
@@ -396,8 +424,10 @@ def main(argv: list[str] | None = None) -> int:
                     fsdp_error = err
         fsdp = result.get("fsdp", {})
         result["loss_finite"] = result["single"]["loss_finite"] and fsdp.get("loss_finite", fsdp_error is None)
+        result["weights_moved"] = (_moved(result["single"]["update_changed_frac_min"])
+                                   and _moved(fsdp.get("update_changed_frac")))  # fmt: skip
         result["ok"] = (result["loss_finite"] and fsdp.get("checkpoint_roundtrip", fsdp_error is None)
-                        and fsdp.get("optimizer_offloaded", fsdp_error is None))  # fmt: skip
+                        and fsdp.get("optimizer_offloaded", fsdp_error is None) and result["weights_moved"])  # fmt: skip
         if fsdp_error is not None:
             result["error"] = f"fsdp: {result['fsdp']['error']}"
             code = EXIT_MISSING if isinstance(fsdp_error, MachineError) else EXIT_FAILED
@@ -421,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
 def _spec(args: argparse.Namespace, dtype: str):
     from drmas_train.model.models import ModelSpec
 
-    return ModelSpec(MODEL_NAME, dtype=dtype, device=args.device)
+    return ModelSpec(MODEL_NAME, dtype=dtype, device=args.device, master_dtype="float32")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from drmas_train.backends.base import TRUNCATION_MODES
 from drmas_train.errors import require
+from drmas_train.model.precision import AUTOCAST_MODES
 
 __all__ = ["RolloutConfig", "FILTER_METRICS"]
 
@@ -41,6 +42,10 @@ class RolloutConfig:
     reference's ``algorithm.filter_groups.enable``, off by default)."""
     filter_groups_metric: str = "score"
     """``score`` (the episode reward) | ``won``: what the rollouts of a kept group must differ in."""
+    autocast: str = "off"
+    """the HF engine's compute dtype for *float32* models' decoding: ``off`` | ``bf16`` | ``auto`` (bf16 where native and
+    faster, :func:`drmas_train.model.precision.resolve_autocast`), as ``optim.autocast`` for the update; a model of
+    ``dtype: bfloat16`` decodes in bf16 whatever this says. Other engines take their own dtype (vLLM: the model's)."""
     filter_groups_max_batches: int = 10
     """the most batches drawn per iteration (the reference's ``max_num_gen_batches`` default); at the bound the
     iteration trains on the groups it has, with a warning."""
@@ -56,6 +61,7 @@ class RolloutConfig:
         require(self.truncation in TRUNCATION_MODES,
                 f"rollout.truncation={self.truncation!r}; accepted: {', '.join(TRUNCATION_MODES)}")  # fmt: skip
         require(0 < self.top_p <= 1, f"rollout.top_p must be in (0, 1], got {self.top_p}")
+        require(self.autocast in AUTOCAST_MODES, f"rollout.autocast={self.autocast!r}; accepted: {', '.join(AUTOCAST_MODES)}")
         require(self.filter_groups_metric in FILTER_METRICS,
                 f"rollout.filter_groups_metric={self.filter_groups_metric!r}; accepted: {', '.join(FILTER_METRICS)}")  # fmt: skip
         require(self.filter_groups_max_batches >= 1,

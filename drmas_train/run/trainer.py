@@ -91,6 +91,19 @@ def model_specs(cfg: TrainConfig) -> dict[str, Any]:
     return specs
 
 
+def backend_factory(cfg: TrainConfig) -> Any:
+    """``loaded -> backend``: each model's engine (``models.<key>.backend``) seeded with the run's seed; the HF engine
+    decodes float32 models in ``rollout.autocast``'s dtype."""
+    from drmas_train.backends.factory import make_backend
+    from drmas_train.model.adapters import split_model_id
+
+    def make(loaded: Any) -> Any:
+        kind = cfg.models[split_model_id(loaded.model_id)[0]].backend
+        return make_backend(loaded, kind, seed=cfg.seed, **({"autocast": cfg.rollout.autocast} if kind == "hf" else {}))
+
+    return make
+
+
 def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwrite: bool = False) -> RunState:
     """Seed, load tasks, check the config against the env, load models, build optimizers, restore a checkpoint.
 
@@ -115,10 +128,9 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     from drmas_train.algorithm.optim import build_optimizer
     from drmas_train.algorithm.reward_shaping import make_kl_controller
     from drmas_train.algorithm.settings import UpdateSettings
-    from drmas_train.backends.factory import build_models, make_backend
+    from drmas_train.backends.factory import build_models
     from drmas_train.collect.task_sampler import TaskSampler
     from drmas_train.distributed.errors import DistributedError
-    from drmas_train.model.adapters import split_model_id
     from drmas_train.model.models import ModelNotFoundError
     from drmas_train.run.checkpoint import load_checkpoint
     from drmas_train.run.env_setup import (
@@ -155,8 +167,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
         pool = build_models(
             specs,
             env_agents=list(probe.possible_agents),
-            backend=lambda loaded: make_backend(loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend,
-                                                seed=cfg.seed),  # fmt: skip
+            backend=backend_factory(cfg),
             **({"loader": loader} if loader is not None else {}),
         )
     except ModelNotFoundError as err:  # a user mistake in models.<key>.name_or_path: exit 2, nothing written
@@ -174,8 +185,10 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
 
         if not trainable:
             raise ConfigError("no trainable model: set trainable: true on at least one model")
+        hf_engines = cfg.distributed.generation_engine == "hf"
         updater: Any = RayUpdater.build(
             settings, cfg.distributed, cfg.optim, pool, trainable, seed=cfg.seed,
+            backend_kwargs={"autocast": cfg.rollout.autocast} if hf_engines else None,
             max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens,
             keep_reference=bool(a.reward_kl_coef), critic=cfg.critic if keys else None, critic_keys=keys,
             **({"loader": loader} if loader is not None else {}),
@@ -691,7 +704,6 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
     from drmas_train.algorithm.advantages import effective_grouping
     from drmas_train.algorithm.grouping import POOLED_GROUPINGS
     from drmas_train.backends.base import SamplingParams
-    from drmas_train.backends.factory import make_backend
     from drmas_train.collect.group_buffer import GroupBuffer
     from drmas_train.collect.rollout import merge_timing, rollout, save_samples
     from drmas_train.distributed.errors import DistributedError
@@ -718,9 +730,7 @@ def _train_async(run: RunState, guard: Any, health: Any, bar: Any) -> None:
     else:
         push_every = {mid: cfg.run.push_every[split_model_id(mid)[0]] for mid in trained
                       if split_model_id(mid)[0] in cfg.run.push_every}  # fmt: skip
-        gen = GenerationSide(run.pool, run.versions, lambda loaded: make_backend(
-            loaded, cfg.models[split_model_id(loaded.model_id)[0]].backend, seed=cfg.seed), push_every=push_every,
-            isolate=overlap)  # fmt: skip
+        gen = GenerationSide(run.pool, run.versions, backend_factory(cfg), push_every=push_every, isolate=overlap)
     # a group holds its slot until every model took or dropped its part: at most (η + 1) versions' batches per
     # model are within the bound, each version with at most 1 + MAX_EXTRA_BATCHES batches
     capacity = r.batch_size * (eta + 2) * (MAX_EXTRA_BATCHES + 1)
