@@ -27,11 +27,14 @@ def run_check(*args: str, timeout: int = 900) -> tuple[int, list[str], str]:
 
 @pytest.mark.slow
 def test_cpu_run_prints_one_json_line_with_the_figures():
-    code, lines, err = run_check(*TINY)
+    """The CUDA check's own precision on the CPU: bf16 compute over float32 master weights at lr 1e-6."""
+    code, lines, err = run_check(*TINY, "--dtype", "bfloat16")
     assert code == 0, err[-3000:]
     assert len(lines) == 1, lines  # the trainer's own lines went to stderr
     out = json.loads(lines[0])
-    assert out["ok"] is True and out["loss_finite"] is True and out["dtype"] == "float32"
+    assert out["ok"] is True and out["loss_finite"] is True and out["dtype"] == "bfloat16"
+    assert out["weights_moved"] is True and out["single"]["update_changed_frac_min"] > 0.9
+    assert out["fsdp"]["update_changed_frac"] > 0.9 and out["fsdp"]["compute_dtype"] == "bfloat16"
     # vocab 384 x 32 (tied) + one layer (q 32x32, k/v 32x16, o 32x32, q/k norms 16+16, MLP 3 x 32x88, 2 norms of 32)
     # + final norm 32
     assert out["model"] == {"arch": "Qwen3ForCausalLM", "params": 12288 + 11616 + 32, "hidden": 32, "layers": 1,
