@@ -65,6 +65,7 @@ def _step_share_changed(spec: ModelSpec, steps: int = 20, lr: float = 1e-6) -> f
     return probe.metrics()["update_changed_frac"]
 
 
+@pytest.mark.slow  # loads tiny-qwen3 (151,669-token vocabulary) and steps it
 def test_stepping_bf16_weights_at_lr_1e6_loses_the_steps_and_masters_keep_them():
     """The measurement behind float32 masters: 20 AdamW steps at the paper's lr 1e-6 on tiny-qwen3."""
     bf16 = _step_share_changed(ModelSpec("tiny-qwen3", dtype="bfloat16"))
@@ -73,6 +74,7 @@ def test_stepping_bf16_weights_at_lr_1e6_loses_the_steps_and_masters_keep_them()
     assert masters > 0.99  # float32 keeps all but the steps Adam shrinks below 1e-7 relative (m_t near 0)
 
 
+@pytest.mark.slow  # loads tiny-qwen3 (151,669-token vocabulary) and steps it
 def test_load_model_holds_float32_masters_marked_to_compute_in_bf16():
     loaded = load_model(ModelSpec("tiny-qwen3", dtype="bfloat16", master_dtype="float32"))
     assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
@@ -111,6 +113,7 @@ def _update(run) -> dict[str, float]:
     return run.updater.update(samples, adv, seed=0)
 
 
+@pytest.mark.slow  # loads tiny-qwen3 (151,669-token vocabulary) and steps it
 def test_the_paper_presets_precision_trains_every_tensor_at_lr_1e6(tmp_path):
     """models.<key>.dtype: bfloat16 at the paper's lr: after one update every trained tensor moved, the weights and the
     AdamW state are float32, and the checkpoint keeps the float32 masters."""
@@ -130,6 +133,7 @@ def test_the_paper_presets_precision_trains_every_tensor_at_lr_1e6(tmp_path):
     assert torch.equal(saved["model.norm.weight"], model.model.norm.weight.detach())
 
 
+@pytest.mark.slow  # loads tiny-qwen3 (151,669-token vocabulary) and steps it
 def test_training_bf16_weights_directly_is_an_option_that_warns_and_shows(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="drmas_train.model.precision"):
         run = _bf16_run(tmp_path, "optim.master_dtype=model")
@@ -137,8 +141,30 @@ def test_training_bf16_weights_directly_is_an_option_that_warns_and_shows(tmp_pa
     assert {p.dtype for p in run.pool.models["m"].model.parameters()} == {torch.bfloat16}
     metrics = _update(run)
     assert metrics["loss/m/update_changed_frac"] < 0.1  # the steps round away, and the metric says so
+    from drmas_train.algorithm.update_size import stalled_updates
+    from drmas_train.run.trainer import _warn_stalled_updates
+
+    assert stalled_updates(metrics) == {"m": metrics["loss/m/update_changed_frac"]}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="drmas_train.run.trainer"):
+        _warn_stalled_updates(run, 1, metrics)
+        _warn_stalled_updates(run, 2, metrics)  # once per model
+    warned = [r for r in caplog.records if "optimizer steps are being rounded away" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+    assert "model 'm': iteration 1's update had a non-zero gradient but changed only" in warned[0].getMessage()
 
 
+def test_stalled_updates_reads_the_namespaced_metrics():
+    from drmas_train.algorithm.update_size import stalled_updates
+
+    metrics = {"loss/a/update_changed_frac": 0.02, "loss/a/grad_norm": 0.5,  # rounded away
+               "loss/b/update_changed_frac": 0.02, "loss/b/grad_norm": 0.0,  # no gradient: nothing to move
+               "loss/c/update_changed_frac": 0.99, "loss/c/grad_norm": 0.5,
+               "loss/d/update_changed_frac": float("nan"), "loss/d/grad_norm": 0.5}  # fmt: skip
+    assert stalled_updates(metrics) == {"a": 0.02}
+
+
+@pytest.mark.slow  # loads tiny-qwen3 (151,669-token vocabulary) and steps it
 def test_a_lora_adapter_over_a_bf16_base_trains_in_float32(tmp_path):
     run = _bf16_run(tmp_path, "models.m.lora={r: 4, alpha: 8}")
     model = run.pool.models["m"].model
