@@ -17,9 +17,20 @@ A body with both or neither of ``queries`` / ``query`` is rejected (HTTP 422).
 
 Binds 127.0.0.1 unless told otherwise. FastAPI and uvicorn (``pip install 'drmas[server]'``) are imported only
 when a server is built. Limits per request: at most ``max_queries`` queries and ``max_topk`` results per
-query (HTTP 422 beyond); each query is cut to ``max_query_chars`` characters.
+query (HTTP 422 beyond; the error names the field and the limit and never echoes the request); each query is cut to
+``max_query_chars`` characters; a body over ``max_body_bytes`` is refused with HTTP 413 (FastAPI's ``max_body_size``:
+at once when ``Content-Length`` is over it, else when the bytes read pass it).
+
+**Faults.** Searches run in a pool of ``workers`` threads, ``search_chunk`` queries at a time; between chunks, and
+every ``disconnect_poll_s`` while one runs, the request checks that its client is still connected, and an abandoned
+request stops there (its queued chunk is cancelled), so clients that time out cannot starve the server. More than
+``max_pending`` requests in progress are refused with HTTP 503 (which :class:`~drmas_envs.search.retrievers.http.
+HTTPRetriever` retries). On SIGTERM, uvicorn stops accepting, waits ``shutdown_timeout`` seconds for requests in
+progress, then cancels them: the server exits within a few seconds.
 """
 
+import asyncio
+import concurrent.futures
 import socket
 import threading
 import time
@@ -46,9 +57,28 @@ def create_app(
     max_queries: int = 4096,
     max_topk: int = 1000,
     max_query_chars: int = 4096,
+    max_body_bytes: int = 8 * 2**20,
+    workers: int = 4,
+    search_chunk: int = 64,
+    max_pending: int = 1024,
+    disconnect_poll_s: float = 0.25,
 ) -> Any:
-    """A FastAPI app serving ``retriever`` with the Search-R1 and Dr. MAS ``/retrieve`` bodies (see the module doc)."""
+    """A FastAPI app serving ``retriever`` with the Search-R1 and Dr. MAS ``/retrieve`` bodies (see the module doc).
+
+    Args:
+        retriever: the index. default_topk: results per query when a request gives none.
+        max_queries, max_topk, max_query_chars, max_body_bytes: request limits (see the module docstring).
+        workers: threads that run searches. search_chunk: queries per search call (>= 1): how much work an
+            abandoned request may still cost. max_pending: requests in progress beyond which HTTP 503 is answered.
+        disconnect_poll_s: how often a running request checks that its client is still there (seconds).
+
+    The app's ``state.pool`` is the search thread pool; its lifespan shuts it down (queued work cancelled).
+    """
     fastapi, _ = _require_server_deps()
+    from contextlib import asynccontextmanager
+
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse, Response
     from pydantic import BaseModel, Field, model_validator
 
     class QueryRequest(BaseModel):
@@ -64,16 +94,53 @@ def create_app(
                                  "(one str, the Dr. MAS search tool's body)")
             return self
 
-    app = fastapi.FastAPI(title="drmas retrieval server", version="1")
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="drmas-retrieval")
+
+    @asynccontextmanager
+    async def lifespan(_app: Any) -> Any:
+        yield
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    # FastAPI's own body limit: 413 as soon as Content-Length (or the bytes read) pass it
+    app = fastapi.FastAPI(title="drmas retrieval server", version="1", lifespan=lifespan, max_body_size=max_body_bytes)
+    app.state.pool = pool
+    pending = [0]  # requests in progress (touched on the event loop only)
     # (no ``from __future__ import annotations`` in this module: FastAPI must see the local QueryRequest class)
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_request: Any, exc: RequestValidationError) -> Any:
+        """FastAPI's 422 ``{"detail": [{"type", "loc", "msg"}, ...]}`` (what clients detect the protocol by),
+        without the ``input`` it would echo (a 16 MB request must not get a 16 MB error) and at most 5 entries."""
+        errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()[:5]]
+        return JSONResponse({"detail": errors}, status_code=422)
+
     @app.post("/retrieve")
-    def retrieve(request: QueryRequest) -> dict[str, Any]:
-        topk = request.topk or default_topk
-        asked = request.queries if request.queries is not None else [request.query]
+    async def retrieve(body: QueryRequest, request: fastapi.Request) -> Any:
+        if pending[0] >= max_pending:
+            return JSONResponse({"detail": f"the retrieval server is busy ({max_pending} requests in progress); "
+                                           "retry later"}, status_code=503, headers={"Retry-After": "1"})  # fmt: skip
+        topk = body.topk or default_topk
+        asked = body.queries if body.queries is not None else [body.query]
         queries = [q[:max_query_chars] for q in asked]
-        results = retriever.search(queries, topk)
-        if request.return_scores:
+        loop = asyncio.get_running_loop()
+        results: list[Any] = []
+        pending[0] += 1
+        try:
+            for start in range(0, len(queries), search_chunk):
+                chunk = loop.run_in_executor(pool, retriever.search, queries[start : start + search_chunk], topk)
+                try:
+                    while not chunk.done():
+                        await asyncio.wait({chunk}, timeout=disconnect_poll_s)
+                        if not chunk.done() and await request.is_disconnected():
+                            chunk.cancel()  # a queued chunk never runs; a running one is the last
+                            return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+                except asyncio.CancelledError:  # uvicorn's graceful-shutdown timeout
+                    chunk.cancel()
+                    raise
+                results.extend(chunk.result())
+        finally:
+            pending[0] -= 1
+        if body.return_scores:
             return {"result": [[{"document": p.to_document(), "score": p.score} for p in hits] for hits in results]}
         return {"result": [[p.to_document() for p in hits] for hits in results]}
 
@@ -97,11 +164,17 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
-def serve(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 8000, default_topk: int = 3, log_level: str = "info") -> None:
-    """Serve ``retriever`` until interrupted (blocking). Binds ``host`` (loopback by default)."""
+def serve(retriever: Retriever, *, host: str = "127.0.0.1", port: int = 8000, default_topk: int = 3,
+          log_level: str = "info", shutdown_timeout: float = 3.0, **limits: Any) -> None:  # fmt: skip
+    """Serve ``retriever`` until interrupted (blocking). Binds ``host`` (loopback by default).
+
+    ``shutdown_timeout``: seconds SIGTERM / Ctrl-C waits for requests in progress before cancelling them (uvicorn's
+    ``timeout_graceful_shutdown``). ``limits``: :func:`create_app`'s request limits and pool settings.
+    """
     _, uvicorn = _require_server_deps()
     sock = bind_socket(host, port)
-    config = uvicorn.Config(create_app(retriever, default_topk=default_topk), log_level=log_level, lifespan="off")
+    config = uvicorn.Config(create_app(retriever, default_topk=default_topk, **limits), log_level=log_level,
+                            timeout_graceful_shutdown=shutdown_timeout)  # fmt: skip
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
@@ -130,7 +203,7 @@ class ServerThread:
         self._sock = bind_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
         app = create_app(retriever, default_topk=default_topk) if app is None else app
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
         self._start_timeout = start_timeout

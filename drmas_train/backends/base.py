@@ -111,14 +111,15 @@ class Generation:
         response_ids: sampled token ids (length T), EOS included when sampled.
         logprobs: log-probability of each response token (length T, float32 values; see the module docstring).
             Empty when a remote server did not return them.
-        finish_reason: ``"stop"`` (EOS or a stop string) or ``"length"`` (``max_new_tokens`` reached).
+        finish_reason: ``"stop"`` (EOS or a stop string), ``"length"`` (``max_new_tokens`` reached) or ``"abort"``
+            (the caller's ``on_tokens`` stopped the row, see :data:`drmas_train.backends.hf.TokenCallback`).
     """
 
     text: str
     prompt_ids: list[int]
     response_ids: list[int]
     logprobs: list[float]
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "abort"]
 
 
 @runtime_checkable
@@ -223,7 +224,7 @@ class ChatTokenBackend:
         *,
         max_prompt_tokens: int | None = None,
         truncation: str = "left",
-        on_tokens: Callable[[list[int], list[int]], None] | None = None,
+        on_tokens: Callable[[list[int], list[int]], Any] | None = None,
     ) -> list[Generation]:
         """Sample ``sampling.n`` responses per conversation; ``len(prompts) * n`` results, prompt-major.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,11 +38,15 @@ from drmas_train.model.prefill import can_stitch, prefill
 __all__ = ["HFBackend", "TokenCallback", "filter_logits", "next_tokens", "sample_categorical", "sample_weights"]
 
 #: ``on_tokens(rows, tokens)``: after each decode step, the output rows that got a token and the tokens (same length).
-TokenCallback = Callable[[list[int], list[int]], None]
+#: It may return rows to stop (a collection of output rows): they leave the decode batch at once with
+#: ``finish_reason="abort"`` (vLLM's name for an aborted request), which is how a server drops a disconnected
+#: client's rows; ``None`` (or empty) stops none.
+TokenCallback = Callable[[list[int], list[int]], Collection[int] | None]
 
 
-def _offset_rows(callback: TokenCallback, offset: int, rows: list[int], tokens: list[int]) -> None:
-    callback([offset + r for r in rows], tokens)
+def _offset_rows(callback: TokenCallback, offset: int, rows: list[int], tokens: list[int]) -> list[int] | None:
+    stopped = callback([offset + r for r in rows], tokens)
+    return [r - offset for r in stopped] if stopped else None
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -311,13 +315,14 @@ class HFBackend(ChatTokenBackend):
         for step in range(sampling.max_new_tokens):
             tokens, token_lp = next_tokens(logits, sampling, generator)  # (b,), (b,)
             token_list, lp_list = tokens.tolist(), token_lp.tolist()
-            if on_tokens is not None:
-                on_tokens(list(live), token_list)
+            stopped = on_tokens(list(live), token_list) if on_tokens is not None else None
             for j, b in enumerate(live):
                 token = token_list[j]
                 responses[b].append(token)
                 logprobs[b].append(lp_list[j])
-                if token in self.eos_token_ids:
+                if stopped and b in stopped:  # the caller dropped this row (e.g. its client disconnected)
+                    reasons[b] = "abort"
+                elif token in self.eos_token_ids:
                     reasons[b] = "stop"
                 elif max_stop and token not in self._special_ids:
                     # a stop string of L characters spans at most 4L byte-level tokens of visible text; decode

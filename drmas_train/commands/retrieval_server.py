@@ -8,7 +8,9 @@
     drmas retrieval-server --corpus ../shared/data/hotpotqa_dev_distractor_100.jsonl --retriever dense
 
 Envs then share the index with ``retriever="http", retriever_kwargs={"url": "http://127.0.0.1:8000/retrieve"}``
-(the server takes the reference's one-query body and Search-R1's batch). All logic lives in
+(the server takes the reference's one-query body and Search-R1's batch). Bodies over ``--max-body-bytes`` get HTTP 413,
+a client that disconnects has its search stopped, more than ``--max-pending`` requests in progress get HTTP 503, and
+SIGTERM stops the server within ``--shutdown-timeout`` seconds plus one search call. All logic lives in
 :mod:`drmas_envs.search.server` and the retrievers; this module only parses arguments. Bad arguments or files exit
 with status 2 and one line.
 """
@@ -49,6 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="TCP port")
     p.add_argument("--topk", type=int, default=3, help="results per query when a request gives no topk")
     p.add_argument("--cache-dir", default=None, help="index / offsets cache root (default $DRMAS_CACHE_DIR or ~/.cache/drmas)")
+    p.add_argument("--max-body-bytes", type=int, default=8 * 2**20,
+                   help="largest request body in bytes; larger ones are refused with HTTP 413")
+    p.add_argument("--workers", type=int, default=4, help="threads that run searches (64 queries per search call)")
+    p.add_argument("--max-pending", type=int, default=1024,
+                   help="requests in progress beyond which HTTP 503 is answered (HTTP clients retry it)")
+    p.add_argument("--shutdown-timeout", type=float, default=3.0,
+                   help="seconds SIGTERM / Ctrl-C waits for requests in progress before cancelling them")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn log level")
     return p
@@ -81,6 +90,11 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from drmas_envs.search.server import serve
 
+    for name in ("max_body_bytes", "workers", "max_pending"):
+        if getattr(args, name) < 1:
+            print(f"drmas retrieval-server: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     try:
         retriever = _build(args)
     except (FileNotFoundError, ValueError, RetrieverError) as err:
@@ -88,5 +102,7 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"drmas retrieval-server: {retriever.name} over {len(retriever.passages)} passages at "
           f"http://{args.host}:{args.port}/retrieve", flush=True)
-    serve(retriever, host=args.host, port=args.port, default_topk=args.topk, log_level=args.log_level)
+    serve(retriever, host=args.host, port=args.port, default_topk=args.topk, log_level=args.log_level,
+          shutdown_timeout=args.shutdown_timeout, max_body_bytes=args.max_body_bytes, workers=args.workers,
+          max_pending=args.max_pending)  # fmt: skip
     return 0

@@ -58,6 +58,7 @@ def main(argv: list[str]) -> int:
         return 0
     from drmas_envs.search.retrievers import RetrieverError, RetrieverUnavailableError
     from drmas_train.distributed.errors import DistributedError
+    from drmas_train.run.checkpoint import CheckpointSpaceError
     from drmas_train.run.run_dir import RunFinished
     from drmas_train.run.trainer import train
 
@@ -79,6 +80,9 @@ def main(argv: list[str]) -> int:
         # one unreachable within the retrieval budget with retrieval_failure: raise (1); checkpoints are kept
         print(f"drmas train: retrieval failed: {err}", file=sys.stderr)
         return 1 if isinstance(err, RetrieverUnavailableError) else 2
+    except CheckpointSpaceError as err:  # disk full: what was needed and which checkpoint survived, in one line
+        print(f"drmas train: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("drmas train: interrupted", file=sys.stderr)
         return 130

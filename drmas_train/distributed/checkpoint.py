@@ -59,7 +59,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from drmas_train.model.weights import load_weights
+from drmas_train.model.weights import fsync_dir, fsync_tree, load_weights
 
 __all__ = ["save_sharded", "load_sharded", "export_hf", "import_hf", "is_sharded_checkpoint", "FORMAT"]
 
@@ -217,6 +217,7 @@ def save_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
             "torch": torch.__version__,
         }
         (tmp / _INFO).write_text(json.dumps(info, indent=1) + "\n")
+        fsync_tree(tmp)  # every rank's files durable before the rename publishes them (a power loss, not only a kill)
         old = final.parent / f".{final.name}.old"
         replaced = final.exists()
         if replaced:
@@ -228,6 +229,7 @@ def save_sharded(model: torch.nn.Module, optimizer: Any, path: str | Path, *, pr
             if replaced:
                 os.rename(old, final)  # put the previous checkpoint back
             raise
+        fsync_dir(final.parent)
         shutil.rmtree(old, ignore_errors=True)
 
     _on_rank0(prepare, process_group, "preparing")

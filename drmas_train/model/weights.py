@@ -1,13 +1,15 @@
-"""Weights on disk -> a model already built in memory (safetensors written by ``save_pretrained``)."""
+"""Weights on disk -> a model already built in memory (safetensors written by ``save_pretrained``); fsync of a
+written folder before it is published (``fsync_tree``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["load_weights", "read_weights", "is_peft"]
+__all__ = ["load_weights", "read_weights", "is_peft", "fsync_tree", "fsync_dir"]
 
 
 def is_peft(model: Any) -> bool:
@@ -53,3 +55,30 @@ def load_weights(model: Any, folder: str | Path) -> None:
     missing = [k for k in result.missing_keys if k not in tied and not k.endswith("lm_head.weight")]
     if missing:
         raise RuntimeError(f"checkpoint {folder} lacks weights for {missing[:5]} (+{max(len(missing) - 5, 0)} more)")
+
+
+def fsync_tree(path: str | Path) -> None:
+    """``fsync`` every file under ``path``, then every folder (deepest first, ``path`` last): what makes a later
+    ``os.rename`` of ``path`` durable across a power loss, not only a kill."""
+    path = Path(path)
+    folders = [path]
+    for item in path.rglob("*"):
+        if item.is_dir():
+            folders.append(item)
+        elif item.is_file():
+            fd = os.open(item, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(folder)
+
+
+def fsync_dir(folder: str | Path) -> None:
+    """``fsync`` a folder: its entries (a rename into it) survive a power loss."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

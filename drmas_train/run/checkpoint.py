@@ -17,17 +17,25 @@ The run owns the checkpoint directory; the updater that trains the models writes
 
 Everything is written into a hidden temporary directory next to the target and then renamed into place
 (``os.rename`` of a directory is atomic on POSIX), so a process killed at any moment leaves either the previous
-complete checkpoint or the new complete one, never a partial one. :func:`latest_checkpoint` only ever sees
+complete checkpoint or the new complete one, never a partial one. Every file and folder of the new checkpoint is
+fsynced before the rename, and the checkpoints folder after it, so a power loss is covered as well as a kill. :func:`latest_checkpoint` only ever sees
 complete ones. A kill during the write leaves the hidden ``.tmp-iter_*`` folder behind:
 :func:`remove_partial_checkpoints` deletes them (the trainer calls it when a run starts).
 
 Every ``.pt`` file holds only tensors and plain Python containers (the RNG states included: numpy's is stored as
 lists of ints), so :func:`load_checkpoint` reads them with ``torch.load(weights_only=True)``: a checkpoint file
 cannot run code when it is loaded.
+
+**Disk full.** A save needs room for one more checkpoint beside the kept ones (the new one is written before older
+ones are pruned, even with ``keep=1``). When an earlier checkpoint exists, its size is the estimate and the save is
+refused before any byte is written if the disk has less free space; a write that runs out of space anyway (the first
+save, or a growing checkpoint) is removed. Both raise :class:`CheckpointSpaceError`, whose message names the cause
+("no space left on device"), the space needed and free, and the checkpoint that survived.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -41,9 +49,10 @@ import numpy as np
 import torch
 
 from drmas_train.model.adapters import split_model_id
-from drmas_train.model.weights import load_weights, read_weights
+from drmas_train.model.weights import fsync_dir, fsync_tree, load_weights, read_weights
 
 __all__ = [
+    "CheckpointSpaceError",
     "save_checkpoint",
     "load_checkpoint",
     "save_model_states",
@@ -59,6 +68,12 @@ __all__ = [
 
 _NAME = re.compile(r"^iter_(\d{6,})$")
 _TMP_PREFIX = ".tmp-iter_"
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class CheckpointSpaceError(OSError):
+    """A checkpoint was not saved because its disk is full (``errno`` ENOSPC); the message says what is needed and
+    what survived. The half-written checkpoint has been removed."""
 
 
 def rng_state() -> dict[str, Any]:
@@ -198,25 +213,92 @@ def save_checkpoint(
 
     Returns:
         the final checkpoint directory.
+
+    Raises:
+        CheckpointSpaceError: the disk has less free space than the previous checkpoint's size (nothing written), or
+            it ran out during the write (the partial checkpoint removed); the earlier checkpoints are intact.
     """
     root = Path(ckpt_root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"iter_{iteration:06d}"
+    previous = latest_checkpoint(root)
+    needed = tree_bytes(previous) if previous is not None else None
+    free = shutil.disk_usage(root).free
+    if needed is not None and free < needed:
+        raise _space_error(final, previous, needed, free, before=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{iteration:06d}-", dir=root))
     try:
         write_state(tmp)
         state = {"iteration": iteration, "sampler": sampler_state, "rng": rng_state(), "extra": extra or {}}
         torch.save(state, tmp / "trainer_state.pt")
         (tmp / "config.yaml").write_text(config_yaml)
+        fsync_tree(tmp)
         if final.exists():  # re-saving the same iteration (e.g. after a resume): replace it
             shutil.rmtree(final)
         os.rename(tmp, final)
-    except BaseException:
+        fsync_dir(root)
+    except BaseException as err:
+        full = _disk_full(err, root)
+        written = tree_bytes(tmp) if full else 0
         shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise _space_error(final, previous, needed or written, shutil.disk_usage(root).free, before=False,
+                               written=written) from err  # fmt: skip
         raise
     for old in _complete(root)[: -max(keep, 1)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def tree_bytes(path: str | Path) -> int:
+    """Total size in bytes of the files under ``path`` (0 for a missing path)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def _disk_full(err: BaseException, root: Path) -> bool:
+    """Whether a failed write ran out of disk: ENOSPC / EDQUOT anywhere in the exception chain, a library that
+    names it only in its text (safetensors: "os error 28"), or torch's zip writer (``RuntimeError: [enforce fail at
+    inline_container.cc] ... unexpected pos``, which drops the errno) on a disk that now has under 1 MiB free."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _FULL_ERRNOS:
+            return True
+        text = str(err)
+        if "No space left on device" in text or "os error 28" in text or "Disk quota exceeded" in text:
+            return True
+        if isinstance(err, RuntimeError) and "inline_container" in text:
+            return shutil.disk_usage(root).free < 2**20
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _space_error(final: Path, previous: Path | None, needed: int, free: int, *, before: bool,
+                 written: int = 0) -> CheckpointSpaceError:  # fmt: skip
+    if before:
+        what = (f"checkpoint {final.name} not written: no space left on device for it under {final.parent} "
+                f"(it needs about {_size(needed)}, the size of {previous.name}; {_size(free)} free)")  # type: ignore[union-attr]
+    else:
+        need = f"it needs about {_size(needed)}" if previous is not None else f"{_size(written)} were written when it ran out"
+        what = (f"checkpoint {final.name} not saved: no space left on device under {final.parent} ({need}; "
+                f"{_size(free)} free once the partial checkpoint was removed)")
+    if previous is not None:
+        survived = (f"the last complete checkpoint {previous.name} survived intact; free space (a save needs room for "
+                    f"one more checkpoint beside the kept ones, even with run.keep_checkpoints=1) and continue with "
+                    f"--resume")
+    else:
+        survived = ("no checkpoint of this run survived; free space and start it again with --overwrite (or elsewhere "
+                    "with run.dir=<new dir>)")
+    err = CheckpointSpaceError(f"{what}; {survived}")
+    err.errno = errno.ENOSPC
+    return err
 
 
 def _complete(root: Path) -> list[Path]:

@@ -104,7 +104,8 @@ class RunConfig:
     save_every: int = 0
     """checkpoint every this many iterations (0 = only at the end)."""
     keep_checkpoints: int = 2
-    """how many most recent checkpoints to keep."""
+    """how many most recent checkpoints to keep; a save needs disk room for one more beside them (the new one is
+    written before older ones are deleted, so ``1`` needs room for two)."""
     num_threads: int = 0
     """torch CPU threads (0 = ``OMP_NUM_THREADS`` if set, else every core this process may use,
     ``os.sched_getaffinity``; a warning is logged when other processes already load them: :mod:`drmas_train.run.threads`)."""

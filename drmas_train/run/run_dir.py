@@ -123,6 +123,10 @@ def plan_run_dir(
     ckpt_root = run_dir / "checkpoints"
     if resume:
         ckpt = latest_checkpoint(ckpt_root)
+        if ckpt is None and holds_results(run_dir):  # metrics of a run whose first save failed or never came
+            raise ConfigError(f"--resume: no complete checkpoint under {ckpt_root}, so the earlier run in "
+                              f"{str(run_dir)!r} (metrics.jsonl) cannot be continued; start it again with --overwrite, "
+                              f"or elsewhere with run.dir=<new dir>")  # fmt: skip
         if ckpt is None:
             raise ConfigError(f"--resume: no checkpoint under {ckpt_root}; run without --resume first")
         if iterations is not None and checkpoint_iteration(ckpt) >= iterations:
@@ -132,10 +136,15 @@ def plan_run_dir(
         return RunDirPlan(run_dir, delete=_present(run_dir), reason="leftovers of a run that completed no iteration")
     if not overwrite:
         ckpt = latest_checkpoint(ckpt_root)
-        held = f"checkpoint {ckpt.name}" if ckpt is not None else "metrics.jsonl"
+        if ckpt is None:  # --resume would refuse it: say so instead of pointing there
+            raise ConfigError(
+                f"run.dir {str(run_dir)!r} already holds an earlier run (metrics.jsonl, no complete checkpoint, so "
+                f"--resume cannot continue it); refusing to overwrite it. Start it again with --overwrite, or "
+                f"elsewhere with run.dir=<new dir>"
+            )
         raise ConfigError(
-            f"run.dir {str(run_dir)!r} already holds an earlier run ({held}); refusing to overwrite it. "
-            f"Continue it with --resume, start elsewhere with run.dir=<new dir>, or delete it with --overwrite"
+            f"run.dir {str(run_dir)!r} already holds an earlier run (checkpoint {ckpt.name}); refusing to overwrite "
+            f"it. Continue it with --resume, start elsewhere with run.dir=<new dir>, or delete it with --overwrite"
         )
     foreign = sorted(p.name for p in run_dir.iterdir() if p.name not in RUN_ENTRIES)
     if foreign:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -141,3 +142,113 @@ def test_lora_adapter_checkpoint_round_trip(tmp_path):
     _load(tmp_path / "iter_000001", {"m": other}, {"m": build_optimizer("m", other, lr=1e-2)})
     for (n, a), (_, b) in zip(model.named_parameters(), other.named_parameters(), strict=True):
         assert torch.equal(a, b), n
+
+
+def _enospc(*_args, **_kwargs):
+    import errno
+    import os
+
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _save(root, it, write_state):
+    return save_checkpoint(root, it, write_state=write_state, sampler_state={}, config_yaml="", keep=1)
+
+
+def test_disk_full_during_a_save_names_the_cause_and_what_survived(tmp_path, monkeypatch):
+    """An injected ENOSPC from the weights' write: the error says so, the partial folder is gone, the last
+    checkpoint is intact; the first save failing that way says that nothing survived."""
+    import errno
+    import shutil
+
+    from drmas_train.run.checkpoint import CheckpointSpaceError
+
+    loaded = tiny_loader(ModelSpec("tiny"), "m")
+    ok = _models({"m": (loaded.model, None)}, {})
+    first = _save(tmp_path, 1, ok)
+    before = {p.relative_to(first): p.read_bytes() for p in first.rglob("*") if p.is_file()}
+    monkeypatch.setattr(loaded.model, "save_pretrained", _enospc)
+    with pytest.raises(CheckpointSpaceError) as err:
+        _save(tmp_path, 2, ok)
+    message = str(err.value)
+    assert err.value.errno == errno.ENOSPC and message.startswith(
+        f"checkpoint iter_000002 not saved: no space left on device under {tmp_path} (it needs about ")
+    assert message.endswith("; the last complete checkpoint iter_000001 survived intact; free space (a save needs "
+                            "room for one more checkpoint beside the kept ones, even with run.keep_checkpoints=1) "
+                            "and continue with --resume")  # fmt: skip
+    assert [p.name for p in tmp_path.iterdir()] == ["iter_000001"]
+    assert {p.relative_to(first): p.read_bytes() for p in first.rglob("*") if p.is_file()} == before
+
+    shutil.rmtree(first)
+    with pytest.raises(CheckpointSpaceError, match=re.escape(
+            "no checkpoint of this run survived; free space and start it again with --overwrite")):  # fmt: skip
+        _save(tmp_path, 1, ok)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_torch_zip_writer_on_a_full_disk_is_reported_as_disk_full(tmp_path, monkeypatch):
+    """torch.save's zip writer loses the errno (``RuntimeError: [enforce fail at inline_container.cc] ... unexpected
+    pos``): with under 1 MiB free it is still reported as a full disk; with room left it stays what it was."""
+    import collections
+    import shutil
+
+    from drmas_train.run.checkpoint import CheckpointSpaceError
+
+    def zip_failure(*_args, **_kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 960 vs 854")
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(torch, "save", zip_failure)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**9, 10**9 - 4096, 4096))
+    with pytest.raises(CheckpointSpaceError, match=re.escape("checkpoint iter_000001 not saved: no space left on "
+                                                             "device under")):  # fmt: skip
+        _save(tmp_path, 1, lambda folder: None)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**9, 0, 10**9))
+    with pytest.raises(RuntimeError, match="unexpected pos") as err:
+        _save(tmp_path, 1, lambda folder: None)
+    assert not isinstance(err.value, CheckpointSpaceError)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_save_is_refused_before_writing_when_the_last_checkpoint_does_not_fit(tmp_path, monkeypatch):
+    """The previous checkpoint's size is the estimate: less free space than that refuses the save before any byte."""
+    import collections
+    import shutil
+
+    from drmas_train.run.checkpoint import CheckpointSpaceError, tree_bytes
+
+    loaded = tiny_loader(ModelSpec("tiny"), "m")
+    ok = _models({"m": (loaded.model, None)}, {})
+    first = _save(tmp_path, 1, ok)
+    size = tree_bytes(first)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(10**9, 10**9, size - 1))
+    written = []
+    with pytest.raises(CheckpointSpaceError, match=re.escape(
+            f"checkpoint iter_000002 not written: no space left on device for it under {tmp_path} (it needs about ")):
+        _save(tmp_path, 2, written.append)  # fmt: skip
+    assert written == [] and [p.name for p in tmp_path.iterdir()] == ["iter_000001"]
+
+
+def test_a_checkpoint_is_fsynced_before_its_rename(tmp_path, monkeypatch):
+    """Every file and folder of the new checkpoint is fsynced before ``os.rename`` publishes it, the root after."""
+    import os
+
+    events, real_fsync, real_rename = [], os.fsync, os.rename
+    names: dict[int, str] = {}
+    real_open = os.open
+
+    def track_open(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        names[fd] = os.fspath(path)
+        return fd
+
+    monkeypatch.setattr(os, "open", track_open)
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", names[fd])), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "rename", lambda a, b: (events.append(("rename", os.fspath(b))), real_rename(a, b))[1])
+    final = _save(tmp_path, 1, lambda folder: (folder / "w.bin").write_bytes(b"x" * 10))
+    rename = events.index(("rename", str(final)))
+    synced = {Path(p).name for kind, p in events[:rename] if kind == "fsync"}
+    assert {"w.bin", "trainer_state.pt", "config.yaml"} <= synced
+    assert any(Path(p).name.startswith(".tmp-iter_000001") for kind, p in events[:rename] if kind == "fsync")
+    assert ("fsync", str(tmp_path)) in events[rename:]

@@ -118,3 +118,38 @@ def test_resume_continues_and_the_summary_covers_the_whole_run(finished, capsys)
     assert 0 < before["extra"]["elapsed_s"] <= first["wall_time_s"]
     assert summary["wall_time_s"] - summary["process_wall_time_s"] == pytest.approx(before["extra"]["elapsed_s"], abs=0.05)
     assert "the whole run, resumes included" in out
+
+
+@pytest.mark.slow
+def test_disk_full_at_the_first_save_exits_2_and_the_hints_agree(tmp_path, capsys, monkeypatch):
+    """An injected ENOSPC at the first checkpoint: one line naming the cause and that nothing survived, exit 2. Then
+    the plain command and ``--resume`` both point at ``--overwrite`` (neither at the other), and it works."""
+    import errno
+    import os
+    import re
+
+    run_dir = tmp_path / "run"
+    tiny_config(run_dir)
+    base = ["--config", str(tmp_path / "run.yaml"), "models.m.name_or_path=tiny-llama", "run.iterations=1"]
+
+    def enospc(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", enospc)
+        assert train_main(base) == 2
+    err = capsys.readouterr().err  # the iteration's log line before it; the error is the last line, alone
+    assert "Traceback" not in err and err.endswith("\n"), err
+    err = err.rstrip("\n").rsplit("\n", 1)[-1] + "\n"
+    assert re.fullmatch(r"drmas train: checkpoint iter_000001 not saved: no space left on device under "
+                        rf"{re.escape(str(run_dir / 'checkpoints'))} \(\d+(\.\d)? [kMG]?B were written when it ran out; "
+                        r".* free once the partial checkpoint was removed\); no checkpoint of this run survived; free "
+                        r"space and start it again with --overwrite \(or elsewhere with run.dir=<new dir>\)\n", err), err
+    assert train_main(base) == 2
+    assert ("already holds an earlier run (metrics.jsonl, no complete checkpoint, so --resume cannot continue it); "
+            "refusing to overwrite it. Start it again with --overwrite") in capsys.readouterr().err
+    assert train_main([*base, "--resume"]) == 2
+    assert ("--resume: no complete checkpoint under " in (err := capsys.readouterr().err)
+            and "cannot be continued; start it again with --overwrite" in err), err  # fmt: skip
+    assert train_main([*base, "--overwrite"]) == 0
+    assert (run_dir / "checkpoints" / "iter_000001" / "trainer_state.pt").is_file()
