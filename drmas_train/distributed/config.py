@@ -46,7 +46,8 @@ class DistributedConfig:
     """model key -> training ranks (default: all bundles when colocated, else an even split)."""
     strategy: str = "auto"
     """``auto`` | ``fsdp2`` | ``ddp``; auto = FSDP2 ``fully_shard`` (works on CUDA/NCCL and, with torch >= 2.6,
-    on CPU/gloo)."""
+    on CPU/gloo), or the plain module for a model trained by one rank (nothing to shard; its update then shares
+    prompts as the single process does)."""
     max_restarts: int = 2
     """bounded restarts per run: of generation workers (Ray ``max_restarts``; their owed calls are re-issued) and
     of training groups (rebuilt from the latest checkpoint, the trainer replays from it)."""

@@ -114,15 +114,20 @@ __all__ = ["rank_forward", "rank_settings", "rank_hooks", "rank_passes", "resolv
            "unwrap_ddp", "is_fsdp2", "call_as_forward", "dp_ppo_update"]
 
 
-def resolve_strategy(strategy: str, device_type: str) -> str:
+def resolve_strategy(strategy: str, device_type: str, world_size: int | None = None) -> str:
     """``auto`` -> ``fsdp2`` on CPU/gloo and CUDA/NCCL alike (torch >= 2.6 exports ``fully_shard``; checked on
-    CPU with torch 2.13), else ``ddp``; ``fsdp2`` / ``ddp`` pass through. ``device_type`` is ``cpu`` or ``cuda``.
+    CPU with torch 2.13), else ``ddp``; and ``none`` (the plain module, :func:`wrap_model`) when ``world_size`` is 1:
+    one rank has nothing to shard or average, and FSDP2's per-layer gathers forbid the shared-prompt forward
+    (:func:`rank_settings`), which made a one-rank update twice the single process's (docs/scaling.md). ``fsdp2`` /
+    ``ddp`` pass through. ``device_type`` is ``cpu`` or ``cuda``.
 
     Raises:
         ValueError: an unknown strategy, or ``fsdp2`` on a torch without ``fully_shard``.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown distributed strategy {strategy!r}; accepted: {list(STRATEGIES)}")
+    if strategy == "auto" and world_size == 1:
+        return "none"
     if fully_shard is None:
         if strategy == "fsdp2":
             raise ValueError(f"distributed.strategy=fsdp2 needs torch >= 2.6 (fully_shard); this is {torch.__version__}; "
@@ -137,7 +142,8 @@ def _layer_classes(model: Any) -> tuple[str, ...]:
 
 
 def wrap_model(model: torch.nn.Module, strategy: str, device: torch.device) -> torch.nn.Module:
-    """Shard (``fsdp2``) or replicate (``ddp``) ``model`` over the default process group (already initialised).
+    """Shard (``fsdp2``) or replicate (``ddp``) ``model`` over the default process group (already initialised), or
+    (``none``, one rank) leave it a plain module on ``device``.
 
     FSDP2: ``fully_shard`` on every module whose class is in the HF model's ``_no_split_modules`` (its decoder
     layers), then on the root, so tied embeddings stay in one root group. Build the optimizer *after* this call
@@ -148,6 +154,8 @@ def wrap_model(model: torch.nn.Module, strategy: str, device: torch.device) -> t
     float32, and no autocast on top (the mark is cleared). DDP keeps the autocast.
     """
     model.to(device)
+    if strategy == "none":  # one rank: the plain module (autocast as in one process)
+        return model
     if strategy == "fsdp2":
         compute = getattr(model, COMPUTE_ATTR, None)
         mp = {}
@@ -163,7 +171,7 @@ def wrap_model(model: torch.nn.Module, strategy: str, device: torch.device) -> t
     if strategy == "ddp":
         ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
-    raise ValueError(f"wrap_model: strategy must be 'fsdp2' or 'ddp', got {strategy!r}")
+    raise ValueError(f"wrap_model: strategy must be 'fsdp2', 'ddp' or 'none', got {strategy!r}")
 
 
 def _sync_context(model: torch.nn.Module, sync: bool):

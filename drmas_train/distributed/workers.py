@@ -70,7 +70,8 @@ class TrainWorker:
             importable by the worker (a module-level function).
         optim_kwargs: :func:`drmas_train.algorithm.optim.build_optimizer` keyword arguments.
         kl: keep a frozen reference copy (``algorithm.kl_coef > 0`` or ``algorithm.reward_kl_coef > 0``).
-        strategy: ``auto`` | ``fsdp2`` | ``ddp`` (:func:`~drmas_train.distributed.data_parallel.resolve_strategy`).
+        strategy: ``auto`` | ``fsdp2`` | ``ddp`` (:func:`~drmas_train.distributed.data_parallel.resolve_strategy`: ``auto``
+            is the plain module on one rank).
         threads: torch CPU threads. use_gpu: train on the bundle's GPU (NCCL) instead of the CPU (gloo).
         critics: ``critic_id -> build_optimizer keyword arguments`` of the critics this model's agents use (PPO
             with a critic); each starts from the model's loaded weights, its head seeded with ``spec.seed``.
@@ -90,7 +91,7 @@ class TrainWorker:
         self.loader, self.optim_kwargs, self.kl = loader, dict(optim_kwargs or {}), kl
         self.critic_kwargs = dict(critics or {})
         self.device = worker_device(use_gpu)
-        self.strategy = resolve_strategy(strategy, self.device.type)
+        self.strategy = resolve_strategy(strategy, self.device.type, world_size)  # auto on one rank: the plain module
         self.model = self.opt = self.ref = self.tokenizer = None
         self.critics: dict[str, tuple[Any, Any]] = {}  # critic_id -> (wrapped ValueModel, ModelOptimizer)
 
