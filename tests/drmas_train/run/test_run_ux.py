@@ -42,6 +42,7 @@ def no_model_load(monkeypatch):
         (["eval.every=1", "eval.data=/no/such.jsonl"], r"^drmas train: eval.data='/no/such.jsonl': task file "
                                                          r"'/no/such.jsonl' not found\. Accepted:"),
         (["rollout.group_size=1"], r"^drmas train: rollout.group_size must be >= 2, got 1: group baselines"),
+        (["rollout.group_size=0"], r"^drmas train: rollout.group_size must be >= 2, got 0: group baselines"),
         (["--resume"], r"^drmas train: --resume: no checkpoint under .*checkpoints; run without --resume first"),
         (["--resume", "--overwrite"], r"^drmas train: --resume and --overwrite exclude each other"),
     ],
