@@ -150,6 +150,9 @@ def test_llm_eval_with_per_agent_models(tmp_path):
         assert all(r["tokens_in"][a] > 0 for a in ("solver",))
         assert sum(r["calls"].values()) == len(r["transcript"]) == r["num_turns"]
         assert all(0 < r["tokens_out"][a] <= 6 * r["calls"][a] for a in r["calls"] if r["calls"][a])
+        # each transcript entry says whether its reply was cut at max_new_tokens
+        assert [e["truncated"] for e in r["transcript"]] == [f == "length" for f in r["finish_reasons"]]
+    assert any(e["truncated"] for r in rows for e in r["transcript"])  # random weights rarely stop within 6 tokens
     o = _overall(run)
     assert o["agents"]["solver"]["tokens_out"] > 0 and run.summary["label"] == "tiny-qwen3, verifier=tiny-b"
 
