@@ -224,6 +224,7 @@ def main(argv: list[str]) -> int:
         print(f"drmas crossplay: {note}", file=sys.stderr)
     from drmas_envs.registration import RegistrationError
     from drmas_train.eval.crossplay import run_crossplay, write_heatmaps
+    from drmas_train.eval.evaluate import EvalInputError
     from drmas_train.eval.leaderboard import LeaderboardError, write_leaderboard
     from drmas_train.eval.results import ResultsError, load_run
     from drmas_train.model.assignment import AssignmentError
@@ -236,6 +237,7 @@ def main(argv: list[str]) -> int:
         AssignmentError,
         ModelNotFoundError,
         LeaderboardError,
+        EvalInputError,
     )
     try:
         matrix = run_crossplay(base, plan, args.out, progress=not args.no_progress)

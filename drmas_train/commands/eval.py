@@ -346,10 +346,11 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     from drmas_envs.registration import RegistrationError
     from drmas_train.eval.baselines import BaselineError
-    from drmas_train.eval.evaluate import evaluate
+    from drmas_train.eval.evaluate import EvalInputError, evaluate
     from drmas_train.eval.results import ResultsError
 
-    expected: tuple[type[BaseException], ...] = (ResultsError, RegistrationError, BaselineError, FileNotFoundError)
+    expected: tuple[type[BaseException], ...] = (
+        ResultsError, RegistrationError, BaselineError, FileNotFoundError, EvalInputError)
     if config.policy == "llm":
         from drmas_train.model.assignment import AssignmentError
         from drmas_train.model.models import ModelNotFoundError
