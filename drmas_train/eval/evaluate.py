@@ -422,13 +422,13 @@ def _play(config: EvalConfig, run_id: str, progress: bool) -> list[dict[str, Any
     Returns:
         episode rows of the result schema, ordered by env, source, task, sample.
     """
-    from tqdm.auto import tqdm
+    from drmas_train.collect.progress import progress_bar
 
     player = _LLMPlayer(config) if config.policy == "llm" else _ScriptedPlayer(config)
     targets = _targets(config)
     rows: list[dict[str, Any]] = []
     total = sum(t.num_tasks for t in targets) * config.k
-    bar = tqdm(total=total, disable=not progress, desc=f"eval {config.display_label()}: episodes done", unit="ep",
+    bar = progress_bar(total=total, disable=not progress, desc=f"eval {config.display_label()}: episodes done", unit="ep",
                dynamic_ncols=True)  # fmt: skip
     try:
         for target in targets:
