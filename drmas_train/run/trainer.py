@@ -223,7 +223,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     plan.apply()  # the first write: everything is validated and every model loaded
     for level, note in notes:
         logger.log(level, "%s", note)
-    metrics_logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
+    metrics_logger = MetricsLogger.for_run(cfg, truncate_after=start if resume else 0)  # run.loggers
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start,
                     updater, elapsed_before, kl_control, versions=versions,
@@ -906,7 +906,7 @@ def _rewind(run: RunState, err: Exception) -> int:
         run.kl_control.load_state_dict(state["extra"]["reward_kl_control"])
     run.versions = _restored_versions(run.cfg, run.updater, state, it)
     run.logger.close()
-    run.logger = MetricsLogger(run.run_dir, tensorboard=run.cfg.run.tensorboard, truncate_after=it)
+    run.logger = MetricsLogger.for_run(run.cfg, truncate_after=it)
     return it
 
 
