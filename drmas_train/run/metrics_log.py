@@ -190,6 +190,9 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [by_iter[k] for k in sorted(by_iter)]
 
 
+#: the legend entry of the shaded iterations in the health panels (run/agent_health.py's warning).
+RUNAWAY_LABEL = "shaded: an agent past run.health_warn_ratio (WARNING logged)"
+
 #: the per-agent health panels of the plot: (title, y label, [(metric template, line style, legend suffix), ...]);
 #: ``{a}`` is the agent id.
 HEALTH_PANELS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
@@ -300,12 +303,13 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
                         xs, ys = zip(*pts, strict=False)
                         ax.plot(xs, ys, linestyle=style, marker="o" if style == "-" else None, color=f"C{i}",
                                 label=f"{name}{suffix}")  # fmt: skip
-            for it in runaway:  # iterations where an agent ran away from the others
-                ax.axvspan(it - 0.5, it + 0.5, color="red", alpha=0.08, lw=0)
+            for i, it in enumerate(runaway):  # iterations where an agent ran away from the others
+                ax.axvspan(it - 0.5, it + 0.5, color="red", alpha=0.08, lw=0,
+                           label=RUNAWAY_LABEL if i == 0 else None)  # fmt: skip
             ax.set(title=panel_title, xlabel="iteration", ylabel=ylabel)
             panels.append(ax)
     for ax in panels:
-        if ax.lines:
+        if ax.lines or ax.patches:
             ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     if title:
