@@ -57,8 +57,11 @@ class LineProgress(std_tqdm):
         """Nothing to erase in a log (tqdm.write and logging_redirect_tqdm call this around a message)."""
 
     def refresh(self, nolock: bool = False, lock_args: Any = None) -> bool:
-        """No redraw: a line is written by the next update past ``mininterval``, and by :meth:`close`."""
-        return False
+        """One line, when tqdm refreshes after an update past ``mininterval`` (or on an explicit ``refresh()``); none
+        for the redraw that ``tqdm.write`` does after a message (``nolock=True``) nor before the first update."""
+        if nolock or self.disable or self.n == 0:
+            return False
+        return self.display()
 
     def moveto(self, n: int) -> None:
         """Nested bars share one column of lines in a log: no cursor movement."""
