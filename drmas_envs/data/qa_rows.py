@@ -7,8 +7,10 @@ Row schemas recognised (per row, in this order):
 
 * **HotpotQA** (HF ``hotpot_qa`` schema or the original JSON): ``question``, ``answer``, ``supporting_facts``,
   ``context``. ``extra`` keeps ``type``, ``level`` and ``supporting_titles``.
-* **Search-R1 / verl**: ``reward_model.ground_truth.target`` (list of answers) and a ``question`` (or a chat
-  ``prompt`` whose text ends with ``Question: ...``); ``data_source`` from the row.
+* **Search-R1 / verl**: ``reward_model.ground_truth.target`` (list of answers) and a ``question``, else
+  ``extra_info.question``, else the chat ``prompt``'s user message: the text after ``Question:`` when templated
+  (Search-R1), else the bare question (the Dr. MAS reference's ``examples/data_preprocess/drmas_search.py:28-30,
+  48-49,69-75``; :func:`~drmas_envs.data.row_formats.verl_question`); ``data_source`` from the row.
 * **FlashRAG**: ``id``, ``question``, ``golden_answers``.
 * **Plain**: ``question`` and ``answer`` (a str or list of str).
 
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_envs.core import Task
-from drmas_envs.data.row_formats import DataFormatError, RowFormat, register_format
+from drmas_envs.data.row_formats import DataFormatError, RowFormat, register_format, verl_question
 
 __all__ = ["SEARCH_R1_SOURCES", "QA_FORMATS", "infer_data_source", "row_to_task"]
 
@@ -78,13 +80,11 @@ def row_to_task(row: Mapping[str, Any], *, index: int, data_source: str | None =
     else:
         raise ValueError(f"{where}: missing field 'golden_answers' (or 'answer', or 'reward_model.ground_truth.target')")
     question = row.get("question")
-    if not isinstance(question, str):
-        prompt = row.get("prompt")
-        if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[-1], Mapping):
-            text = str(prompt[-1].get("content", ""))
-            question = text.rsplit("Question:", 1)[-1].strip() if "Question:" in text else None
+    if not isinstance(question, str) or not question.strip():  # verl rows: extra_info.question or the prompt
+        question = verl_question(row)
     if not isinstance(question, str) or not question.strip():
-        raise ValueError(f"{where}: missing field 'question' (a non-empty str)")
+        raise ValueError(f"{where}: missing field 'question' (a non-empty str; verl rows: extra_info.question or "
+                         "the user message of 'prompt')")  # fmt: skip
     task_id = str(row.get("id", row.get("_id", f"{source}-{index}")))
     return Task(task_id, source, question.strip(), golds, extra)
 

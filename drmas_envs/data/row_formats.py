@@ -15,7 +15,22 @@ name       required fields                       ground truth
 ``math``   ``problem``, ``answer``               ``answer`` (MATH / MATH-500; also AIME / AMC, numbers -> str)
 ``tasks``  ``task_id``, ``data_source``,         ``answer`` (``Task.to_dict`` rows, round trip)
            ``question``, ``answer``
+``verl``   ``prompt``, ``reward_model``,         ``reward_model.ground_truth`` (a str or number): verl's
+           ``data_source``                       RL-dataset layout, as the Dr. MAS reference's math data prep
+                                                 writes it (question: :func:`verl_question`)
 =========  ====================================  =========================================================
+
+The ``verl`` layout, from ``langfengQ/DrMAS`` ``examples/data_preprocess/drmas_math.py:49-66`` (training rows) and
+``:80-97`` (test rows: MATH-500, AIME 24/25, AMC 23, Minerva, OlympiadBench)::
+
+    {"data_source": "math500", "ability": "math",
+     "reward_model": {"style": "rule", "ground_truth": "\\frac{14}{3}"},
+     "prompt": [{"role": "user", "content": <question>}],
+     "extra_info": {"split": "test", "index": 7, "answer": ..., "question": <question>},
+     "env_kwargs": {"ground_truth": ..., "question": <question>, "data_source": "math500"}}
+
+The QA rows of verl-based search projects (``search_r1`` in :mod:`drmas_envs.data.qa_rows`) share it, with
+``reward_model.ground_truth = {"target": [answers]}``.
 """
 
 from __future__ import annotations
@@ -37,6 +52,7 @@ __all__ = [
     "get_format",
     "formats",
     "infer_format",
+    "verl_question",
 ]
 
 #: Third-party modules that register formats when imported; imported on the first lookup (an ImportError becomes
@@ -180,6 +196,63 @@ def _tasks_task(row: Mapping[str, Any], index: int, data_source: str) -> Task:
         raise DataFormatError(str(err)) from err
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def verl_question(row: Mapping[str, Any]) -> str | None:
+    """The question of a verl RL-dataset row, in this order: ``extra_info.question`` (verl's and the Dr. MAS
+    reference's data prep keep the bare question there: ``langfengQ/DrMAS``
+    ``examples/data_preprocess/drmas_math.py:59-64``, ``drmas_search.py:69-75``), ``env_kwargs.question``
+    (``drmas_math.py:65``), else the last user message of ``prompt``: the text after its last ``Question:`` when
+    templated (Search-R1's instruction prefix), else the whole message (the reference's bare question,
+    ``drmas_math.py:53-58``, ``drmas_search.py:28-30,48-49``). None when none is a non-empty str."""
+    for holder in (_mapping(row.get("extra_info")), _mapping(row.get("env_kwargs"))):
+        question = holder.get("question")
+        if isinstance(question, str) and question.strip():
+            return question.strip()
+    prompt = row.get("prompt")
+    if hasattr(prompt, "tolist"):
+        prompt = prompt.tolist()
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if isinstance(prompt, (list, tuple)):
+        users = [m for m in prompt if isinstance(m, Mapping) and m.get("role", "user") == "user"]
+        text = str(users[-1].get("content") or "") if users else ""
+        question = text.rsplit("Question:", 1)[-1] if "Question:" in text else text
+        if question.strip():
+            return question.strip()
+    return None
+
+
+def _verl_ground_truth(row: Mapping[str, Any]) -> Any:
+    return _mapping(row.get("reward_model")).get("ground_truth")
+
+
+def _verl_task(row: Mapping[str, Any], index: int, data_source: str) -> Task:
+    question = verl_question(row)
+    if question is None:
+        raise DataFormatError("missing field 'question': no extra_info.question, env_kwargs.question or user "
+                              "message in 'prompt' (verl layout)")  # fmt: skip
+    truth = _verl_ground_truth(row)
+    if isinstance(truth, bool) or not isinstance(truth, (str, int, float)) or not str(truth).strip():
+        raise DataFormatError(f"field 'reward_model.ground_truth' must be a non-empty string or a number, got {truth!r}")
+    source = row.get("data_source") if isinstance(row.get("data_source"), str) and row["data_source"] else data_source
+    info = _mapping(row.get("extra_info"))
+    number = info.get("index", index)
+    extra = {k: v for k, v in (("ability", row.get("ability")), ("split", info.get("split"))) if v is not None}
+    return Task(str(row.get("id", f"{source}-{number}")), source, question, str(truth).strip(), extra)
+
+
+register_format(
+    RowFormat(
+        "verl",
+        ("prompt", "reward_model", "data_source"),
+        _verl_task,
+        detect=lambda row: isinstance(_verl_ground_truth(row), (str, int, float)),
+    ),
+    aliases=("drmas_math",),
+)
 register_format(
     RowFormat(
         "gsm8k",

@@ -52,7 +52,8 @@ class RolloutConfig:
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``rollout.<field>``), the bad value and what is accepted."""
-        for key in ("batch_size", "group_size", "max_new_tokens", "max_prompt_tokens"):
+        # group_size has one rule (>= 2) checked on its own, so 0 and 1 get the same message
+        for key in ("batch_size", "max_new_tokens", "max_prompt_tokens"):
             require(getattr(self, key) >= 1, f"rollout.{key} must be >= 1, got {getattr(self, key)}")
         require(self.group_size >= 2, f"rollout.group_size must be >= 2, got {self.group_size}: group baselines (GRPO, "
                 "Dr. MAS) compare rollouts of the same task, so one rollout per task gives no learning signal; "

@@ -1,4 +1,12 @@
-"""Progress of one batched generate call: a bar of generated tokens with a total that becomes exact.
+"""Progress bars that read well on a terminal and in a log file, and the bar of one batched generate call.
+
+:func:`progress_bar` is tqdm's bar where its stream is a terminal or a notebook; where it is not (``drmas train >
+run.log 2>&1``, a pipe, a CI log) it is a :class:`LineProgress`: one plain line per update, at most every
+:data:`LOG_INTERVAL_S` seconds, with no carriage return and no cursor movement (tqdm's terminal bar redraws one
+line with ``\r`` and moves between nested bars with ``ESC[A``, which a file keeps as noise). Every progress bar of
+``drmas_train`` (training, rollout, generate calls, evaluation) is made by it.
+
+The bar of one batched generate call: a bar of generated tokens with a total that becomes exact.
 
 A lock-step call of a few hundred rows can last minutes on a CPU, and under lock-step every episode finishes in
 the last steps, so a bar of finished episodes sits at 0 for most of a rollout. :class:`TokenProgress` instead
@@ -10,9 +18,73 @@ stop.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-__all__ = ["TokenProgress"]
+from tqdm.std import tqdm as std_tqdm
+
+__all__ = ["LOG_INTERVAL_S", "LineProgress", "TokenProgress", "progress_bar"]
+
+#: seconds between two progress lines in a log (:class:`LineProgress`); a terminal bar redraws every 0.1 s.
+LOG_INTERVAL_S = 10.0
+
+
+class LineProgress(std_tqdm):
+    """tqdm for a stream that is not a terminal: each refresh is one line ending in a newline (tqdm's own text:
+    description, count, rate, elapsed), nothing is ever erased or redrawn, and the bar's last state is written when
+    it closes (once, if it changed since the last line). ``mininterval`` defaults to :data:`LOG_INTERVAL_S`; ``leave``
+    has no effect (a log keeps every line)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("mininterval", LOG_INTERVAL_S)
+        kwargs["leave"] = False  # close() would erase a terminal line; here the last state is printed below
+        kwargs["dynamic_ncols"] = False
+        kwargs.setdefault("ncols", 100)
+        kwargs.setdefault("ascii", True)  # "#" bars: plain ASCII in any log viewer
+        super().__init__(*args, **kwargs)
+        self._printed_n: float | None = None
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        """Write the bar's state as one line; ``msg=""`` (tqdm erasing a line) writes nothing."""
+        if msg == "":
+            return False  # tqdm then writes no "\r" either
+        self.fp.write(f"{self.__str__() if msg is None else msg}\n")
+        self.fp.flush()
+        self._printed_n = self.n
+        return True
+
+    def clear(self, nolock: bool = False) -> None:
+        """Nothing to erase in a log (tqdm.write and logging_redirect_tqdm call this around a message)."""
+
+    def refresh(self, nolock: bool = False, lock_args: Any = None) -> bool:
+        """One line, when tqdm refreshes after an update past ``mininterval`` (or on an explicit ``refresh()``); none
+        for the redraw that ``tqdm.write`` does after a message (``nolock=True``) nor before the first update."""
+        if nolock or self.disable or self.n == 0:
+            return False
+        return self.display()
+
+    def moveto(self, n: int) -> None:
+        """Nested bars share one column of lines in a log: no cursor movement."""
+
+    def close(self) -> None:
+        if not self.disable and self._printed_n != self.n and self.n:
+            self.display()
+        super().close()
+
+
+def progress_bar(*args: Any, **kwargs: Any) -> std_tqdm:
+    """A progress bar: ``tqdm.auto.tqdm(*args, **kwargs)`` on a terminal or in a notebook, a :class:`LineProgress`
+    (line-based, for log files and pipes) where the bar's stream (``file``, default ``sys.stderr``) is not a
+    terminal."""
+    from tqdm import autonotebook
+    from tqdm.auto import tqdm as auto_tqdm
+
+    stream = kwargs.get("file") or sys.stderr
+    isatty = getattr(stream, "isatty", None)
+    notebook = autonotebook.tqdm is not std_tqdm  # tqdm.autonotebook picked its widget (IPython kernel)
+    if notebook or (isatty is not None and isatty()):
+        return auto_tqdm(*args, **kwargs)
+    return LineProgress(*args, **kwargs)
 
 
 class TokenProgress:
@@ -29,12 +101,10 @@ class TokenProgress:
     """
 
     def __init__(self, rows: int, max_new_tokens: int, *, desc: str, disable: bool = False) -> None:
-        from tqdm.auto import tqdm
-
         self.max_new_tokens = max_new_tokens
         self.produced: dict[int, int] = {}  # row -> tokens so far
         self._live: set[int] = set()
-        self.bar = tqdm(total=rows * max_new_tokens, desc=desc, unit="tok", leave=False, disable=disable,
+        self.bar = progress_bar(total=rows * max_new_tokens, desc=desc, unit="tok", leave=False, disable=disable,
                         dynamic_ncols=True)  # fmt: skip
 
     def __call__(self, rows: list[int], tokens: list[Any]) -> None:

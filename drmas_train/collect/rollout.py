@@ -200,7 +200,7 @@ def rollout(
         ValueError: ``group_size < 1``, no tasks, ``sampling.n != 1`` or an unknown truncation mode.
         AssignmentError: an env agent without a model, or an assigned agent the env does not have.
     """
-    from tqdm.auto import tqdm
+    from drmas_train.collect.progress import progress_bar
 
     if isinstance(env_fn, str):
         import drmas_envs
@@ -224,7 +224,7 @@ def rollout(
 
     # episodes finish together in the last lock-step steps: this bar shows where the rollout is, the per-call token
     # bar (below) how far the running call is
-    bar = tqdm(total=len(slots), desc=f"{label}: episodes done", unit="ep", disable=not progress, leave=False,
+    bar = progress_bar(total=len(slots), desc=f"{label}: episodes done", unit="ep", disable=not progress, leave=False,
                bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}]")  # fmt: skip
     try:
         for slot in slots:

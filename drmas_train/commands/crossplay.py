@@ -20,7 +20,6 @@ results directory per cell) and ``OUT/leaderboard/``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -185,46 +184,15 @@ def _table(matrix: dict[str, Any]) -> str:
 
 
 def validation_tasks_of_run(args: argparse.Namespace) -> str | None:
-    """Without ``--data``: make ``args`` play the run's own validation tasks, and return a note saying which.
-
-    A run that validated on a task source (``eval.data``, or a ``env.data`` it held tasks out of): its validation
-    tasks (:func:`drmas_train.run.env_setup.run_validation_tasks`, rebuilt from its ``config.yaml``) are written to
-    ``<out>/validation_tasks.jsonl`` and become ``args.data``. So are held-out questions a run's env generated (the
-    search envs' synthetic encyclopedia, another question seed); they are played about the same synthetic world
-    (``--env-kwarg synthetic={}`` is added when the run's env kwargs name no world, so the default one is kept). A
-    run that validated on the env's own tasks (its first ``eval.size``): ``args.limit`` becomes ``eval.size``
-    unless given. A run without validation (``eval.every: 0``) or with ``--data`` given: nothing changes (None).
+    """Without ``--data``: make ``args`` play the run's own validation tasks, and return a note saying which
+    (:func:`drmas_train.commands.eval.validation_tasks_of` with the run's ``config.yaml``).
 
     Raises:
         ConfigError: the run's config or its task source does not load.
     """
-    import drmas_envs
-    from drmas_train.run.config import load_config
-    from drmas_train.run.env_setup import make_probe_env, run_validation_tasks, validation_tasks
+    from drmas_train.commands.eval import validation_tasks_of
 
-    cfg = load_config(str(Path(args.run) / "config.yaml"))
-    if args.data or cfg.eval.every <= 0:
-        return None
-    if not (cfg.eval.data or cfg.env.data):  # the env's own tasks: one env, as build_run builds it
-        env = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs)))
-        tasks, _ = validation_tasks(cfg, env.tasks, env)
-        own = {env.tasks[i].task_id for i in range(min(cfg.eval.size, len(env.tasks)))}
-        if not tasks or {t.task_id for t in tasks} == own:
-            if args.limit is None:
-                args.limit = cfg.eval.size
-            return f"tasks: the env's own first {args.limit}, as the run validated on its first {cfg.eval.size}"
-        # held-out questions the env generated from another seed: played from a file, about the same synthetic
-        # world, whose passages the env keeps as the corpus (SearchTextEnv's `synthetic` with `tasks` given)
-        given = list(getattr(args, "env_kwarg", None) or [])
-        if "synthetic" not in cfg.env.kwargs and "synthetic" not in {key for key, _ in given}:
-            args.env_kwarg = [*given, ("synthetic", "{}")]
-    else:
-        tasks = run_validation_tasks(cfg)
-    path = Path(args.out) / "validation_tasks.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks), encoding="utf-8")
-    args.data = [str(path)]
-    return f"tasks: the run's {len(tasks)} validation tasks, written to {path} (--data plays others)"
+    return validation_tasks_of(args, str(Path(args.run) / "config.yaml"))
 
 
 def main(argv: list[str]) -> int:
@@ -256,6 +224,7 @@ def main(argv: list[str]) -> int:
         print(f"drmas crossplay: {note}", file=sys.stderr)
     from drmas_envs.registration import RegistrationError
     from drmas_train.eval.crossplay import run_crossplay, write_heatmaps
+    from drmas_train.eval.evaluate import EvalInputError
     from drmas_train.eval.leaderboard import LeaderboardError, write_leaderboard
     from drmas_train.eval.results import ResultsError, load_run
     from drmas_train.model.assignment import AssignmentError
@@ -268,6 +237,7 @@ def main(argv: list[str]) -> int:
         AssignmentError,
         ModelNotFoundError,
         LeaderboardError,
+        EvalInputError,
     )
     try:
         matrix = run_crossplay(base, plan, args.out, progress=not args.no_progress)

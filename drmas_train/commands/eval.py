@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from drmas_train.commands import HelpFormatter
 
-__all__ = ["main", "build_parser", "add_play_arguments", "config_from_args", "team_models", "report"]
+__all__ = ["main", "build_parser", "add_play_arguments", "config_from_args", "team_models", "report", "run_settings",
+           "validation_tasks_of"]
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -54,11 +56,20 @@ def add_play_arguments(p: argparse.ArgumentParser, *, presets: bool = True) -> N
                             "env id and env arguments, validation sampling (eval.temperature, eval.top_p), response and "
                             "prompt limits (rollout.*) and chat-template arguments become the defaults, as the "
                             "reference's eval mode reuses its training script's settings; flags given here win")
-    p.add_argument("--env", dest="envs", action="append", default=None, metavar="ENV_ID",
-                   help="env id name-vN (repeat for several); required unless --preset names one")
-    p.add_argument("--data", action="append", default=[], metavar="SPEC",
-                   help="task source: file path, reasoning_gym:<name>, hf:<id>; repeat; default: the env's own tasks")
-    p.add_argument("--limit", type=int, default=None, help="first N tasks of each source")
+    if presets:
+        env_help = ("env id name-vN (repeat for several); default: the env of --preset, or of the run whose checkpoint "
+                    "--model / --team names; required otherwise")
+        data_help = ("task source: file path, reasoning_gym:<name>, hf:<id>; repeat; default: the validation tasks of "
+                     "--preset (or of the run whose checkpoint --model / --team names), else the env's own tasks")
+    else:
+        env_help = "env id name-vN (repeat for several); default: the run's env"
+        data_help = ("task source: file path, reasoning_gym:<name>, hf:<id>; repeat; default: the run's validation "
+                     "tasks")
+    p.add_argument("--env", dest="envs", action="append", default=None, metavar="ENV_ID", help=env_help)
+    p.add_argument("--data", action="append", default=[], metavar="SPEC", help=data_help)
+    p.add_argument("--limit", type=int, default=None,
+                   help="first N tasks of each source; default: all (a preset that validated on the env's own tasks: "
+                        "its eval.size)")
     p.add_argument("--k", type=int, default=16, help="samples per task")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (0 = greedy); default: the preset's eval.temperature, else 0.6 (the reference's)")
@@ -67,7 +78,8 @@ def add_play_arguments(p: argparse.ArgumentParser, *, presets: bool = True) -> N
     p.add_argument("--top-k", type=int, default=-1, help="top-k sampling (-1 = off)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="response length limit per agent call, in tokens; default: the preset's rollout.max_new_tokens "
-                        "(4096 for the paper's math presets, 800 for search), else 1024")
+                        "(4096 for the paper's math presets, 800 for search), else 256 (rollout.max_new_tokens's "
+                        "default, the quickstarts' length)")
     p.add_argument("--max-prompt-tokens", type=int, default=None,
                    help="prompt length limit per agent call, in tokens; default: the preset's, else none; longer "
                         "prompts are cut as --truncation says")
@@ -124,7 +136,7 @@ def _json_or_str(value: str) -> Any:
 
 
 #: what ``drmas eval`` uses for a setting that neither a flag nor ``--preset`` gives.
-FALLBACKS = {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 1024, "max_prompt_tokens": None, "truncation": "left"}
+FALLBACKS = {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 256, "max_prompt_tokens": None, "truncation": "left"}
 
 
 def preset_defaults(name: str) -> dict[str, Any]:
@@ -144,6 +156,100 @@ def preset_defaults(name: str) -> dict[str, Any]:
             "top_p": cfg.eval.top_p, "max_new_tokens": cfg.rollout.max_new_tokens,
             "max_prompt_tokens": cfg.rollout.max_prompt_tokens, "truncation": cfg.rollout.truncation,
             "chat_template_kwargs": dict(template.pop()) if template else {}}  # fmt: skip
+
+
+def validation_tasks_of(args: argparse.Namespace, preset: str) -> str | None:
+    """Without ``--data``: make ``args`` play the validation tasks of ``preset`` (a preset name or a run's
+    ``config.yaml``), and return a note saying which.
+
+    A preset that validates on a task source (``eval.data``, or a ``env.data`` it holds tasks out of): its validation
+    tasks (:func:`drmas_train.run.env_setup.run_validation_tasks`, rebuilt from the config as the trainer builds them)
+    are written to ``<out>/validation_tasks.jsonl`` and become ``args.data``. So are held-out questions its env
+    generated (the search envs' synthetic encyclopedia, another question seed); they are played about the same
+    synthetic world (``--env-kwarg synthetic={}`` is added when the env kwargs name no world, so the default one is
+    kept). A preset that validates on the env's own tasks (its first ``eval.size``): ``args.limit`` becomes
+    ``eval.size`` unless given. A preset without validation (``eval.every: 0``) or ``--data`` given: nothing changes
+    (None).
+
+    Raises:
+        ConfigError: the config or its task source does not load.
+    """
+    import drmas_envs
+    from drmas_train.run.config import load_config
+    from drmas_train.run.env_setup import make_probe_env, run_validation_tasks, validation_tasks
+
+    cfg = load_config(preset)
+    if args.data or cfg.eval.every <= 0:
+        return None
+    if not (cfg.eval.data or cfg.env.data):  # the env's own tasks: one env, as build_run builds it
+        env = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs)))
+        tasks, _ = validation_tasks(cfg, env.tasks, env)
+        own = {env.tasks[i].task_id for i in range(min(cfg.eval.size, len(env.tasks)))}
+        if not tasks or {t.task_id for t in tasks} == own:
+            if args.limit is None:
+                args.limit = cfg.eval.size
+            return f"tasks: the env's own first {args.limit}, as the run validated on its first {cfg.eval.size}"
+        # held-out questions the env generated from another seed: played from a file, about the same synthetic
+        # world, whose passages the env keeps as the corpus (SearchTextEnv's `synthetic` with `tasks` given)
+        given = list(getattr(args, "env_kwarg", None) or [])
+        if "synthetic" not in cfg.env.kwargs and "synthetic" not in {key for key, _ in given}:
+            args.env_kwarg = [*given, ("synthetic", "{}")]
+    else:
+        tasks = run_validation_tasks(cfg)
+    path = Path(args.out) / "validation_tasks.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks), encoding="utf-8")
+    args.data = [str(path)]
+    return f"tasks: the run's {len(tasks)} validation tasks, written to {path} (--data plays others)"
+
+
+def run_preset_of_models(args: argparse.Namespace) -> str | None:
+    """The ``config.yaml`` of the training run whose checkpoint ``--model`` (or a ``--team`` source) names, when no
+    ``--preset`` is given: a model folder ``.../iter_<N>/models/<key>``, a checkpoint ``.../iter_<N>`` or a run
+    directory (:func:`drmas_train.run.run_models.run_config_path`); the first found, else None."""
+    from drmas_train.run.run_models import run_config_path
+
+    sources = [getattr(args, "model", None)] + [src for pairs in getattr(args, "team", []) for _, src in pairs]
+    for source in sources:
+        if source and (path := run_config_path(source)) is not None:
+            return str(path)
+    return None
+
+
+def run_settings(args: argparse.Namespace) -> list[str]:
+    """Before :func:`config_from_args`: make a checkpoint's run (:func:`run_preset_of_models`) the preset when
+    ``--preset`` is not given and ``--env`` is not given or names the run's env, and make ``--preset``'s validation
+    tasks the tasks when ``--data`` is not given (:func:`validation_tasks_of`). Returns the notes to print: which run's
+    settings and tasks are used, or, when ``--env`` names another env than the checkpoint's run trained on, that the
+    scores are of another task than the model learned.
+
+    Raises:
+        ConfigError: the run's config or its task source does not load.
+    """
+    from drmas_train.run.config import load_config
+
+    notes = []
+    if args.preset is None and (found := run_preset_of_models(args)) is not None:
+        cfg = load_config(found)
+        if args.envs and args.envs != [cfg.env.id]:
+            data = cfg.env.data or "the env's own tasks"
+            notes.append(f"the model is a checkpoint of the run {Path(found).parent} trained on {cfg.env.id} "
+                         f"(data: {data}); scoring {', '.join(args.envs)} instead, "
+                         f"another task (--preset {found} scores the run's own)")  # fmt: skip
+        else:
+            args.preset = found
+            notes.append(f"the model is a checkpoint of a run: its config {found} is the preset (env {cfg.env.id}, "
+                         "its validation tasks, sampling and length limits; flags win)")  # fmt: skip
+    if args.preset is not None:
+        from drmas_train.eval.results import SUMMARY_FILE
+
+        if (Path(args.out) / SUMMARY_FILE).exists():  # refuse before writing validation_tasks.jsonl there
+            raise ValueError(f"{args.out} already holds a run ({SUMMARY_FILE} exists); choose a new --out directory")
+        env_id = load_config(args.preset).env.id
+        if not args.envs or args.envs == [env_id]:
+            if (note := validation_tasks_of(args, args.preset)) is not None:
+                notes.append(note)
+    return notes
 
 
 def team_models(args: argparse.Namespace) -> dict[str, Any]:
@@ -243,20 +349,24 @@ def main(argv: list[str]) -> int:
     """Entry point of ``drmas eval``; returns the exit code (2 on bad arguments)."""
     args = build_parser().parse_args(argv)
     try:
+        notes = run_settings(args)
         config = config_from_args(args)
-    except ValueError as err:  # RunModelsError (--team) too
+    except ValueError as err:  # RunModelsError (--team), ConfigError too
         print(f"drmas eval: {err}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"drmas eval: {note}", file=sys.stderr)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     from drmas_envs.registration import RegistrationError
     from drmas_train.eval.baselines import BaselineError
-    from drmas_train.eval.evaluate import evaluate
+    from drmas_train.eval.evaluate import EvalInputError, evaluate
     from drmas_train.eval.results import ResultsError
 
-    expected: tuple[type[BaseException], ...] = (ResultsError, RegistrationError, BaselineError, FileNotFoundError)
+    expected: tuple[type[BaseException], ...] = (
+        ResultsError, RegistrationError, BaselineError, FileNotFoundError, EvalInputError)
     if config.policy == "llm":
         from drmas_train.model.assignment import AssignmentError
         from drmas_train.model.models import ModelNotFoundError

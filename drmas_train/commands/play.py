@@ -18,6 +18,7 @@ Exit codes: 0 the episode ended; 2 a user mistake (unknown env id, policy, agent
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import sys
 from collections.abc import Callable
@@ -25,12 +26,28 @@ from typing import Any, TextIO
 
 from drmas_train.commands import HelpFormatter
 
-__all__ = ["main", "build_parser", "play_episode"]
+__all__ = ["main", "build_parser", "play_episode", "Reply"]
 
 POLICIES = ("oracle", "random", "no-search", "human", "llm")
 
-#: ``act(env, agent, observation) -> action text``.
-Actor = Callable[[Any, str, Any], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """An LLM's action with how it ended.
+
+    Attributes:
+        text: the action text the env receives.
+        truncated: the reply was cut at the response length limit (the backend's ``finish_reason == "length"``,
+            ``--max-new-tokens``) rather than ended by the model.
+    """
+
+    text: str
+    truncated: bool = False
+
+
+#: ``act(env, agent, observation) -> action text`` (a :class:`Reply` where it may be cut at a length limit).
+Actor = Callable[[Any, str, Any], "str | Reply"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="hf", choices=["hf", "vllm", "openai"], help="backend of the llm policy")
     p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the llm policy (0 = greedy)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="response length limit per agent call, in tokens")
+    p.add_argument("--max-new-tokens", type=int, default=256,
+                   help="response length limit per agent call, in tokens; a reply cut there is marked "
+                        "[truncated at the token limit]")  # fmt: skip
     p.add_argument("--data", default=None, help="task source (math envs): file path, reasoning_gym:<name>, hf:<id>")
     p.add_argument("--task-index", type=int, default=None, help="task to play (default: drawn from --seed)")
     p.add_argument("--seed", type=int, default=0, help="seeds the task draw, scripted policies and sampling")
@@ -79,7 +98,12 @@ def _llm(args: argparse.Namespace) -> Actor:
 
     policy = LLMPolicy.from_model(args.model, backend=args.backend, base_url=args.base_url, progress=True,
                                   temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)  # fmt: skip
-    return lambda env, agent, observation: policy(observation, desc=f"{agent}: generating")
+
+    def act(env: Any, agent: str, observation: Any) -> Reply:
+        text = policy(observation, desc=f"{agent}: generating")
+        return Reply(text, truncated=policy.last_generations[0].finish_reason == "length")
+
+    return act
 
 
 def play_episode(env: Any, actors: dict[str, Actor], *, seed: int, task_index: int | None = None,
@@ -87,8 +111,12 @@ def play_episode(env: Any, actors: dict[str, Actor], *, seed: int, task_index: i
     """Play one episode of the drmas AEC ``env`` (``actors``: agent -> actor) and write its transcript to ``out``
     (default: ``sys.stdout``).
 
+    A reply cut at the response length limit (a :class:`Reply` with ``truncated``) is marked on its turn's header,
+    ``[truncated at the token limit]``, and counted on the last line.
+
     Returns:
-        the final info of the episode (``score``, ``won`` and the env's own fields) plus ``returns`` (agent -> float).
+        the final info of the episode (``score``, ``won`` and the env's own fields) plus ``returns`` (agent -> float)
+        and ``truncated_replies`` (the number of replies cut at the length limit).
     """
     out = sys.stdout if out is None else out
     options = {"task_index": task_index} if task_index is not None else None
@@ -98,7 +126,7 @@ def play_episode(env: Any, actors: dict[str, Actor], *, seed: int, task_index: i
     if task is not None:
         out.write(f"# task {task.task_id} [{task.data_source}]\n{task.question}\n\n")
     final: dict[str, Any] = {}
-    turn = 0
+    turn = cut = 0
     for agent in env.agent_iter():
         observation, _, terminated, truncated, info = env.last()
         if terminated or truncated:
@@ -107,16 +135,19 @@ def play_episode(env: Any, actors: dict[str, Actor], *, seed: int, task_index: i
             continue
         if show_prompts:
             out.write(f"--- prompt of {agent} ---\n{observation.get('prompt', observation)}\n")
-        action = actors[agent](raw, agent, observation)
+        reply = actors[agent](raw, agent, observation)
+        action, truncated_reply = (reply.text, reply.truncated) if isinstance(reply, Reply) else (reply, False)
         env.step(action)
         step_info = env.infos.get(agent, {})
         valid = "" if step_info.get("is_action_valid", True) else "  [invalid action]"
-        out.write(f"--- turn {turn} · {agent}{valid} ---\n{action}\n")
-        turn += 1
+        mark = "  [truncated at the token limit]" if truncated_reply else ""
+        out.write(f"--- turn {turn} · {agent}{valid}{mark} ---\n{action}\n")
+        turn, cut = turn + 1, cut + truncated_reply
     returns = {a: float(v) for a, v in getattr(raw, "episode_returns", {}).items()}
-    final["returns"] = returns
+    final["returns"], final["truncated_replies"] = returns, cut
     score = final.get("score", float("nan"))
-    out.write(f"=== episode over: score {score:g}, won {bool(final.get('won', False))}, returns {returns} ===\n")
+    cuts = f", {cut} of {turn} replies truncated at the token limit" if cut else ""
+    out.write(f"=== episode over: score {score:g}, won {bool(final.get('won', False))}, returns {returns}{cuts} ===\n")
     return final
 
 

@@ -42,6 +42,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+class LevelFormatter(logging.Formatter):
+    """Console lines as logged, those at WARNING and above prefixed with their level (``WARNING: ...``), so that a
+    warning reads as one in a terminal or a log file (docs/agent-health.md: "one WARNING is logged")."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return f"{record.levelname}: {text}" if record.levelno >= logging.WARNING else text
+
+
 def main(argv: list[str]) -> int:
     """Entry point; returns the exit code (2 for a bad config, before any model loads)."""
     args = _parser().parse_intermixed_args(argv)  # overrides may come before and after --resume etc.
@@ -62,7 +71,9 @@ def main(argv: list[str]) -> int:
     from drmas_train.run.run_dir import RunFinished
     from drmas_train.run.trainer import train
 
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # other libraries: warnings only
+    console = logging.StreamHandler()
+    console.setFormatter(LevelFormatter("%(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[console])  # other libraries: warnings only
     for name in ("drmas_train", "drmas_envs"):  # drmas's own messages (per-iteration summaries, resume, Ctrl-C)
         logging.getLogger(name).setLevel(logging.INFO)
     try:

@@ -286,16 +286,34 @@ class _Target:
         return _make_env(self.env_id, self.source, config.env_kwargs)
 
 
+class EvalInputError(ValueError):
+    """A ``--data`` task source that does not load (a missing or malformed file, an unknown spec, an unreachable
+    Hugging Face data set: the message names the spec, and the file, line and field where the loader says), or an
+    env that its arguments and tasks cannot build (the message names the env id)."""
+
+
+def _load_source(spec: str, limit: int | None) -> Any:
+    """``load_tasks(spec)``; raises :class:`EvalInputError` for every loader failure (one message, no chain)."""
+    from drmas_envs.data import load_tasks
+    from drmas_envs.data.hf import HFUnavailableError
+
+    try:
+        return load_tasks(spec, limit=limit)
+    except (ValueError, FileNotFoundError, HFUnavailableError, ImportError) as err:
+        raise EvalInputError(f"--data {spec!r}: {err}") from None
+
+
 def _targets(config: EvalConfig) -> list[_Target]:
     sources: list[Any | None] = [None]
     if config.data:
-        from drmas_envs.data import load_tasks
-
-        sources = [load_tasks(spec, limit=config.limit) for spec in config.data]
+        sources = [_load_source(spec, config.limit) for spec in config.data]
     targets = []
     for env_id in config.envs:
         for s_idx, source in enumerate(sources):
-            probe = _make_env(env_id, source, config.env_kwargs)
+            try:
+                probe = _make_env(env_id, source, config.env_kwargs)
+            except (ValueError, TypeError) as err:  # env arguments or tasks it does not take
+                raise EvalInputError(f"{env_id}: {err}") from None
             raw = getattr(probe, "unwrapped", probe)
             n = len(raw.tasks) if config.limit is None else min(len(raw.tasks), config.limit)
             targets.append(_Target(env_id, s_idx, source, raw.tasks, n, tuple(raw.possible_agents)))
@@ -404,13 +422,13 @@ def _play(config: EvalConfig, run_id: str, progress: bool) -> list[dict[str, Any
     Returns:
         episode rows of the result schema, ordered by env, source, task, sample.
     """
-    from tqdm.auto import tqdm
+    from drmas_train.collect.progress import progress_bar
 
     player = _LLMPlayer(config) if config.policy == "llm" else _ScriptedPlayer(config)
     targets = _targets(config)
     rows: list[dict[str, Any]] = []
     total = sum(t.num_tasks for t in targets) * config.k
-    bar = tqdm(total=total, disable=not progress, desc=f"eval {config.display_label()}: episodes done", unit="ep",
+    bar = progress_bar(total=total, disable=not progress, desc=f"eval {config.display_label()}: episodes done", unit="ep",
                dynamic_ncols=True)  # fmt: skip
     try:
         for target in targets:

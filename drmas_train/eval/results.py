@@ -199,7 +199,8 @@ def episode_fields(
         tokens_in, tokens_out: prompt / response tokens per agent (0 for agents not listed: no tokenizer).
         finish_reasons: ``"stop"``/``"length"`` per call (LLM runs); when given, ``truncated`` and
             ``finish_reasons`` are added.
-        transcripts: add ``transcript`` (``[{"agent", "text", "valid"}, ...]``).
+        transcripts: add ``transcript`` (``[{"agent", "text", "valid"}, ...]``; with ``finish_reasons`` each entry
+            also has ``truncated``: the reply was cut at the response length limit, ``finish_reason == "length"``).
 
     Returns:
         ``data_source``, ``task_id``, ``num_turns``, ``reward``, ``won``, ``returns``, ``calls``,
@@ -234,6 +235,9 @@ def episode_fields(
             fields[field] = float(value)
     if transcripts:
         fields["transcript"] = [{"agent": c.agent_id, "text": c.text, "valid": c.valid} for c in episode.calls]
+        if finish_reasons is not None:  # a reply cut at max_new_tokens says so in the transcript
+            for entry, reason in zip(fields["transcript"], fields["finish_reasons"], strict=True):
+                entry["truncated"] = reason == "length"
     return fields
 
 

@@ -7,19 +7,27 @@ Every iteration logs, per agent (not only per model):
   ``reward/<a>/response_length``, ``reward/<a>/format_penalty_rate``;
 * from the update (:mod:`drmas_train.algorithm.agent_grads`, :mod:`drmas_train.algorithm.old_logprobs`):
   ``agent/<a>/{grad_norm,grad_norm_max,grad_share,loss_share,grad_ratio}`` and ``agent/<a>/logprob_gap_{mean,max}``;
-* from this module: ``health/<a>/adv_moment_vs_others`` and ``health/<a>/grad_vs_others`` (the ratios below) and
+* from this module: ``health/<a>/adv_moment_vs_others`` and ``health/<a>/grad_vs_model`` (the ratios below) and
   ``health/runaway_agents`` (how many agents are past the threshold now).
 
-Two signals, each compared with the median of the *other* agents (a ratio of 1 = like the others):
+Two signals (a ratio of 1 = like the others):
 
-1. **advantage second moment** ``E_k[A^2]`` (``adv/<a>/second_moment``), over all agents of the run. Under one
-   pooled baseline per group it is the Dr. MAS paper's Proposition 4.3 factor ``(sigma_k^2 + (mu_k - mu)^2) /
-   sigma^2`` (arXiv 2602.08847, Sec. 4), which ``E||g_k||^2`` follows; agent-wise normalisation (Dr. MAS, Eq. 5)
-   holds every agent's near 1;
-2. **gradient share per loss share** ``grad_ratio = grad_share / loss_share`` (``agent/<a>/grad_ratio``), over the
-   agents of one model: the measured counterpart of the same factor (docs/agent-health.md).
+1. **advantage second moment** ``E_k[A^2]`` (``adv/<a>/second_moment``) over the median of the *other* agents' of
+   the run. Under one pooled baseline per group it is the Dr. MAS paper's Proposition 4.3 factor
+   ``(sigma_k^2 + (mu_k - mu)^2) / sigma^2`` (arXiv 2602.08847, Sec. 4), which ``E||g_k||^2`` follows; agent-wise
+   normalisation (Dr. MAS, Eq. 5) holds every agent's near 1;
+2. **gradient share per loss share** ``grad_ratio = grad_share / loss_share`` (``agent/<a>/grad_ratio``) of an
+   agent of a model that several agents play: the measured counterpart of the same factor (docs/agent-health.md),
+   relative to the model's average, which is exactly 1 (``sum_k loss_share_k * grad_ratio_k = sum_k grad_share_k =
+   1``). It is *not* divided by the other agents' ratios: with two agents that divides by one number that can be
+   near 0 or negative (an agent whose gradient is nearly orthogonal to the total), and the README's own quickstart
+   run then read 12.9x at iteration 4 (0.165 for the Solver, 2.13 for the Verifier) although no agent took more than
+   2.2x its share. Under per-agent normalisation the first signal is logged but never warns (:func:`find_runaways`).
+   Replayed on the committed metrics of that run
+   (``benchmarks/learning/data/quickstart_math_seed0_metrics.jsonl``), neither signal reaches the default threshold
+   4 (tests/drmas_train/run/test_agent_health.py).
 
-:class:`HealthMonitor` logs one warning when an agent's ratio first reaches ``run.health_warn_ratio`` (and again
+:class:`HealthMonitor` logs one WARNING when an agent's ratio first reaches ``run.health_warn_ratio`` (and again
 only after it fell back below): which agent, which signal, by how much, and what to try.
 """
 
@@ -35,14 +43,14 @@ import numpy as np
 from drmas_train.algorithm.advantages import effective_grouping
 from drmas_train.algorithm.grouping import cell
 
-__all__ = ["HealthWarning", "runaway_signals", "find_runaways", "HealthMonitor"]
+__all__ = ["HealthWarning", "runaway_signals", "find_runaways", "HealthMonitor", "normalised_per_agent"]
 
 logger = logging.getLogger(__name__)
 
 #: signal name -> (metric it reads, what it is called in a warning)
 SIGNALS = {
     "adv_moment_vs_others": ("adv/{a}/second_moment", "advantage second moment E[A^2]"),
-    "grad_vs_others": ("agent/{a}/grad_ratio", "gradient share per loss share"),
+    "grad_vs_model": ("agent/{a}/grad_ratio", "gradient share per loss share"),
 }
 
 
@@ -51,9 +59,10 @@ class HealthWarning:
     """One agent past the threshold on one signal.
 
     Attributes:
-        agent: the agent id. signal: ``adv_moment_vs_others`` or ``grad_vs_others``.
-        value: the agent's value of the signal's metric. others: the median of the other agents' values.
-        ratio: ``value / others``. model: the agent's model id.
+        agent: the agent id. signal: ``adv_moment_vs_others`` or ``grad_vs_model``.
+        value: ``adv_moment_vs_others``: the agent's ``E[A^2]``; ``grad_vs_model``: its gradient share.
+        others: ``adv_moment_vs_others``: the median of the other agents' ``E[A^2]``; ``grad_vs_model``: its loss
+            share. ratio: ``value / others``. model: the agent's model id.
     """
 
     agent: str
@@ -66,16 +75,14 @@ class HealthWarning:
     def message(self, estimator: str, grouping: str | None) -> str:
         """The warning line: which agent, by how much, and what to try (depends on the estimator in use)."""
         what = SIGNALS[self.signal][1]
-        scope = (
-            "the other agents"
-            if self.signal == "adv_moment_vs_others"
-            else f"the other agents of model {self.model!r}"
-        )
-        line = (f"agent {self.agent!r}: {what} is {self.ratio:.1f}x the median of {scope} ({self.value:.3g} vs "
-                f"{self.others:.3g})")  # fmt: skip
+        if self.signal == "adv_moment_vs_others":
+            line = (f"agent {self.agent!r}: {what} is {self.ratio:.1f}x the median of the other agents "
+                    f"({self.value:.3g} vs {self.others:.3g})")  # fmt: skip
+        else:
+            line = (f"agent {self.agent!r}: {what} is {self.ratio:.1f}x the average of model {self.model!r} (its "
+                    f"share of the gradient {self.value:.3g} for a share of the loss {self.others:.3g})")  # fmt: skip
         # per-agent baselines: the grouping in use (the estimator's own when unset) keeps agents apart
-        g = effective_grouping(estimator, grouping)
-        per_agent = g is not None and cell(g)[0]
+        per_agent = normalised_per_agent(estimator, grouping)
         if not per_agent:
             return (f"{line}; one baseline shared by agents with different reward distributions inflates this agent's "
                     f"gradients (Dr. MAS Prop. 4.3); try algorithm.estimator=drmas (per-agent normalisation) or "
@@ -110,7 +117,8 @@ def _versus_others(values: dict[str, float]) -> dict[str, tuple[float, float]]:
 def runaway_signals(
     metrics: Mapping[str, float], agent_models: Mapping[str, str]
 ) -> dict[str, tuple[float, float, float]]:
-    """The two signals of every agent: ``"<signal>/<agent>" -> (value, median of the others, ratio)``.
+    """The two signals of every agent: ``"<signal>/<agent>" -> (value, reference, ratio)`` (see
+    :class:`HealthWarning` for what value and reference are per signal).
 
     Args:
         metrics: one iteration's metrics (batch and update). agent_models: ``agent_id -> model_id``.
@@ -121,21 +129,41 @@ def runaway_signals(
     for a, (med, ratio) in _versus_others(adv).items():
         out[f"adv_moment_vs_others/{a}"] = (adv[a], med, ratio)
     for model in sorted(set(agent_models.values())):
-        grad = _values(metrics, SIGNALS["grad_vs_others"][0], [a for a in agents if agent_models[a] == model])
-        for a, (med, ratio) in _versus_others(grad).items():
-            out[f"grad_vs_others/{a}"] = (grad[a], med, ratio)
+        members = [a for a in agents if agent_models[a] == model]
+        if len(members) < 2:  # one agent's share is the whole model's: nothing to compare
+            continue
+        grad = _values(metrics, "agent/{a}/grad_share", members)
+        loss = _values(metrics, "agent/{a}/loss_share", members)
+        for a in members:
+            if a in grad and loss.get(a, 0.0) > 1e-12:
+                out[f"grad_vs_model/{a}"] = (grad[a], loss[a], grad[a] / loss[a])
     return out
 
 
+def normalised_per_agent(estimator: str, grouping: str | None) -> bool:
+    """Whether the grouping in use (``algorithm.grouping``, else the estimator's own) normalises advantages per agent
+    (:func:`drmas_train.algorithm.grouping.cell`)."""
+    g = effective_grouping(estimator, grouping)
+    return g is not None and cell(g)[0]
+
+
 def find_runaways(
-    metrics: Mapping[str, float], agent_models: Mapping[str, str], threshold: float
+    metrics: Mapping[str, float], agent_models: Mapping[str, str], threshold: float, *, per_agent: bool = False
 ) -> list[HealthWarning]:
-    """Agents whose signal is at least ``threshold`` times the others' median (none when ``threshold`` is 0)."""
+    """Agents whose signal is at least ``threshold`` (none when ``threshold`` is 0).
+
+    ``per_agent``: advantages are normalised per agent (:func:`normalised_per_agent`); then the advantage signal
+    never warns. Each agent's ``E[A^2]`` is at most 1 by construction (``(n - 1) / n`` in a group whose rewards vary,
+    0 in one whose rewards are all equal), so its ratio to another agent's only measures how many of the *other*
+    agent's groups had equal rewards: the README quickstart's Solver, right at iteration 4, had ``E[A^2]`` 0.176
+    against the Verifier's 0.562 (3.2x). The gradient signal still applies."""
     if threshold <= 0:
         return []
     found = []
     for key, (value, others, ratio) in runaway_signals(metrics, agent_models).items():
         signal, agent = key.split("/", 1)
+        if per_agent and signal == "adv_moment_vs_others":
+            continue
         if ratio >= threshold:
             found.append(HealthWarning(agent, signal, value, others, ratio, agent_models[agent]))
     return found
@@ -165,7 +193,8 @@ class HealthMonitor:
             f"health/{key.split('/', 1)[1]}/{key.split('/', 1)[0]}": ratio
             for key, (_, _, ratio) in signals.items()
         }
-        runaways = find_runaways(metrics, self.agent_models, self.threshold)
+        per_agent = normalised_per_agent(self.estimator, self.grouping)
+        runaways = find_runaways(metrics, self.agent_models, self.threshold, per_agent=per_agent)
         now = {(w.agent, w.signal) for w in runaways}
         new = [w for w in runaways if (w.agent, w.signal) not in self._active]
         self._active = now

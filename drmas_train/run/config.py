@@ -112,7 +112,11 @@ class RunConfig:
     progress: bool = True
     """progress bars on the console."""
     tensorboard: bool = True
-    """write TensorBoard event files."""
+    """write TensorBoard event files (``false`` turns TensorBoard off even when ``run.loggers`` names it)."""
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """experiment trackers fed every iteration's metrics besides ``metrics.jsonl``: any of ``tensorboard``,
+    ``trackio``, ``wandb``, ``mlflow``, each local or offline by default (:mod:`drmas_train.run.trackers`; the last
+    three need ``pip install 'drmas[trackers]'``)."""
     plot: bool = True
     """write reward / grad-norm PNG at the end."""
     save_samples: bool = False
@@ -301,6 +305,9 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
             f"accepted: 0 (off) to {cfg.rollout.max_new_tokens}")  # fmt: skip
     cfg.eval.validate()
     cfg.distributed.validate(list(cfg.models))
+    from drmas_train.run.trackers import check_trackers
+
+    check_trackers(list(cfg.run.loggers))  # an unknown logger, or its library missing: before any model loads
     require(cfg.run.num_threads >= 0, f"run.num_threads must be >= 0 (0 = all available cores), got {cfg.run.num_threads}")
     require(cfg.run.iterations >= 1, f"run.iterations must be >= 1, got {cfg.run.iterations}")
     _validate_run_mode(cfg)

@@ -7,6 +7,7 @@ Namespaces (cleanrl / TRL habit): ``rollout/`` (batch shape, accuracy, lengths),
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import defaultdict
@@ -106,14 +107,34 @@ def prop43_ratios(rewards: Sequence[float] | np.ndarray, uids: Sequence[str], ag
 
 
 class MetricsLogger:
-    """Appends one JSON object per iteration to ``<run dir>/metrics.jsonl`` and mirrors scalars to TensorBoard.
+    """Appends one JSON object per iteration to ``<run dir>/metrics.jsonl`` and mirrors its finite scalars to
+    TensorBoard and the other trackers of ``run.loggers`` (:mod:`drmas_train.run.trackers`).
 
     Args:
         run_dir: the run directory (created). tensorboard: also write ``<run dir>/tensorboard/`` events.
         truncate_after: on resume, drop JSONL rows with ``iteration`` > this (the iteration the process died in).
+        trackers: more trackers by name (``trackio``, ``wandb``, ``mlflow``), each opened with ``project`` (the
+            run's name) and ``config`` (the resolved config, recorded by each).
     """
 
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, truncate_after: int | None = None) -> None:
+    @classmethod
+    def for_run(cls, cfg: Any, *, truncate_after: int | None = None) -> MetricsLogger:
+        """The logger of a training run: ``run.loggers`` (TensorBoard unless ``run.tensorboard: false``)."""
+        loggers = list(cfg.run.loggers)
+        return cls(cfg.run.dir, tensorboard=cfg.run.tensorboard and "tensorboard" in loggers,
+                   truncate_after=truncate_after, trackers=[name for name in loggers if name != "tensorboard"],
+                   project=cfg.run.name or Path(cfg.run.dir).name, config=dataclasses.asdict(cfg))  # fmt: skip
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        tensorboard: bool = True,
+        truncate_after: int | None = None,
+        trackers: Sequence[str] = (),
+        project: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
@@ -125,6 +146,13 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(str(self.run_dir / "tensorboard"))
+        self._trackers = []
+        if trackers:
+            from drmas_train.run.trackers import check_trackers, open_tracker
+
+            check_trackers(list(trackers))
+            self._trackers = [open_tracker(name, self.run_dir, project=project or self.run_dir.name,
+                                           config=config or {}) for name in trackers]  # fmt: skip
 
     def log(self, iteration: int, metrics: Mapping[str, float]) -> None:
         """Write one row ``{"iteration": iteration, **metrics}`` (non-finite values as null in JSON)."""
@@ -138,12 +166,18 @@ class MetricsLogger:
             f.write(json.dumps(row) + "\n")
         if self._writer is not None:
             self._writer.flush()
+        finite = {k: v for k, v in row.items() if k != "iteration" and v is not None}
+        for tracker in self._trackers:
+            tracker.log(iteration, finite)
 
     def close(self) -> None:
-        """Flush and close TensorBoard."""
+        """Flush and close TensorBoard and every tracker."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        for tracker in self._trackers:
+            tracker.close()
+        self._trackers = []
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -155,6 +189,9 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             by_iter[int(row.get("iteration", 0))] = row
     return [by_iter[k] for k in sorted(by_iter)]
 
+
+#: the legend entry of the shaded iterations in the health panels (run/agent_health.py's warning).
+RUNAWAY_LABEL = "shaded: an agent past run.health_warn_ratio (WARNING logged)"
 
 #: the per-agent health panels of the plot: (title, y label, [(metric template, line style, legend suffix), ...]);
 #: ``{a}`` is the agent id.
@@ -275,12 +312,13 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
                         xs, ys = zip(*pts, strict=False)
                         ax.plot(xs, ys, linestyle=style, marker="o" if style == "-" else None, color=f"C{i}",
                                 label=f"{name}{suffix}")  # fmt: skip
-            for it in runaway:  # iterations where an agent ran away from the others
-                ax.axvspan(it - 0.5, it + 0.5, color="red", alpha=0.08, lw=0)
+            for i, it in enumerate(runaway):  # iterations where an agent ran away from the others
+                ax.axvspan(it - 0.5, it + 0.5, color="red", alpha=0.08, lw=0,
+                           label=RUNAWAY_LABEL if i == 0 else None)  # fmt: skip
             ax.set(title=panel_title, xlabel="iteration", ylabel=ylabel)
             panels.append(ax)
     for ax in panels:
-        if ax.lines:
+        if ax.lines or ax.patches:
             ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     if title:

@@ -26,7 +26,7 @@ from typing import Any
 from drmas_train.model.adapters import split_model_id
 from drmas_train.run.checkpoint import checkpoint_iteration, latest_checkpoint
 
-__all__ = ["RunModelsError", "RunView", "open_run", "role_model", "team_model", "same_family"]
+__all__ = ["RunModelsError", "RunView", "open_run", "role_model", "team_model", "same_family", "run_config_path"]
 
 
 class RunModelsError(ValueError):
@@ -205,3 +205,17 @@ def same_family(run: RunView, role: str, other: str) -> bool:
     a = run.cfg.models[split_model_id(run.model_name(role))[0]]
     b = run.cfg.models[split_model_id(run.model_name(other))[0]]
     return (a.name_or_path, a.dtype) == (b.name_or_path, b.dtype)
+
+
+def run_config_path(source: str | Path) -> Path | None:
+    """The ``config.yaml`` of the training run ``source`` comes from: a run directory, a checkpoint directory
+    ``.../checkpoints/iter_<N>`` or a model folder inside a checkpoint ``.../iter_<N>/models/<key>[/<adapter>]``
+    (each checkpoint holds the run's config, :mod:`drmas_train.run.checkpoint`); None for anything else (a model
+    name, an exported folder)."""
+    path = Path(source)
+    if (path / "config.yaml").is_file():
+        return path / "config.yaml"
+    for parent in path.parents:
+        if parent.name == "models" and (parent.parent / "config.yaml").is_file():
+            return parent.parent / "config.yaml"
+    return None

@@ -241,7 +241,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     plan.apply()  # the first write: everything is validated and every model loaded
     for level, note in notes:
         logger.log(level, "%s", note)
-    metrics_logger = MetricsLogger(run_dir, tensorboard=cfg.run.tensorboard, truncate_after=start if resume else 0)
+    metrics_logger = MetricsLogger.for_run(cfg, truncate_after=start if resume else 0)  # run.loggers
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start,
                     updater, elapsed_before, kl_control, versions=versions,
@@ -470,7 +470,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwri
 
     ``loader``, ``overwrite``: see :func:`build_run`. Per-iteration summaries go to the ``drmas_train.run.trainer``
     logger at INFO (``drmas train`` shows them; from Python call ``logging.basicConfig(level=logging.INFO)``);
-    progress bars are tqdm.
+    progress bars are tqdm on a terminal, one plain line per update in a log
+    (:func:`drmas_train.collect.progress.progress_bar`).
 
     Ctrl-C (SIGINT) saves a checkpoint of the last completed iteration (during an update, the update and its
     iteration finish first), logs where, and re-raises ``KeyboardInterrupt``; ``--resume`` continues exactly from
@@ -500,8 +501,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, overwri
 
 def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guard: Any) -> dict[str, Any]:
     """:func:`train`'s loop; ``guard`` (:class:`~drmas_train.run.interrupt.SigintGuard`) holds SIGINT during updates."""
-    from tqdm.auto import tqdm
-
+    from drmas_train.collect.progress import progress_bar
     from drmas_train.run.agent_health import HealthMonitor
     from drmas_train.run.metrics_log import plot_run
 
@@ -509,13 +509,15 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     guard.attach(run)
     health = HealthMonitor(run.pool.agent_model_ids, cfg.run.health_warn_ratio, cfg.algorithm.estimator,
                            cfg.algorithm.grouping)  # fmt: skip
-    bar = tqdm(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
+    bar = progress_bar(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
         first = _validate(run, 0)  # the initial weights, as the reference's val_before_train
         run.logger.log(0, first)
         logger.info("%s", _validation_line(0, first))
-    (_train_async if cfg.run.mode == "async" else _train_sync)(run, guard, health, bar)
-    bar.close()
+    try:
+        (_train_async if cfg.run.mode == "async" else _train_sync)(run, guard, health, bar)
+    finally:
+        bar.close()  # on Ctrl-C too: the bar's line ends before "drmas train: interrupted"
     run.logger.close()
     plot = None
     if cfg.run.plot and run.logger.path.is_file():
@@ -936,7 +938,7 @@ def _rewind(run: RunState, err: Exception) -> int:
         run.kl_control.load_state_dict(state["extra"]["reward_kl_control"])
     run.versions = _restored_versions(run.cfg, run.updater, state, it)
     run.logger.close()
-    run.logger = MetricsLogger(run.run_dir, tensorboard=run.cfg.run.tensorboard, truncate_after=it)
+    run.logger = MetricsLogger.for_run(run.cfg, truncate_after=it)
     return it
 
 

@@ -40,7 +40,9 @@ def test_result_row_fields_are_a_view_of_the_record():
         "wall_time_s": 0.5,
         "truncated": False,
         "finish_reasons": ["stop", "length"],
-        "transcript": [{"agent": "a", "text": "hello", "valid": False}, {"agent": "b", "text": "ok 2", "valid": True}],
+        # each transcript entry says whether its reply was cut at max_new_tokens (finish reason "length")
+        "transcript": [{"agent": "a", "text": "hello", "valid": False, "truncated": False},
+                       {"agent": "b", "text": "ok 2", "valid": True, "truncated": True}],
     }
     assert "truncated" not in episode_fields(episode, wall_time_s=0.0)  # scripted runs have no finish reasons
 

@@ -280,3 +280,66 @@ def test_reasoning_gym_options_reach_the_dataset_and_bad_ones_name_its_options()
         load_tasks("reasoning_gym:basic_arithmetic", size=5, options={"digits": 1})
     with pytest.raises(ValueError, match="max_digits must be >= min_digits"):
         load_tasks("reasoning_gym:basic_arithmetic", size=5, options={"min_digits": 3, "max_digits": 1})
+
+
+def _reference_math_row(question, truth, source, index, split="test"):
+    """A row as langfengQ/DrMAS examples/data_preprocess/drmas_math.py:80-97 writes it (:49-66 for train rows)."""
+    return {"data_source": source, "ability": "math", "reward_model": {"style": "rule", "ground_truth": truth},
+            "prompt": [{"role": "user", "content": question}],
+            "extra_info": {"split": split, "index": index, "answer": truth, "question": question},
+            "env_kwargs": {"ground_truth": truth, "question": question, "data_source": source}}  # fmt: skip
+
+
+def test_the_references_verl_math_rows_load(tmp_path):
+    """The reference's math parquet (several data sources concatenated, drmas_math.py:115-123) loads as the verl
+    format: question from extra_info, ground truth from reward_model, data_source and index from the row."""
+    rows = [_reference_math_row("What is $\\frac{1}{2}+\\frac{1}{3}$?", "\\frac{5}{6}", "math500", 0),
+            _reference_math_row("Find $x$ if $2x=14$.", "7", "aime24", 0),
+            _reference_math_row("Find $y$.", "3", "dapo_filter", 5, split="train")]  # fmt: skip
+    path = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    tasks = load_tasks(str(path))
+    assert [(t.task_id, t.data_source, t.question, t.answer) for t in tasks] == [
+        ("math500-0", "math500", "What is $\\frac{1}{2}+\\frac{1}{3}$?", "\\frac{5}{6}"),
+        ("aime24-0", "aime24", "Find $x$ if $2x=14$.", "7"),
+        ("dapo_filter-5", "dapo_filter", "Find $y$.", "3"),
+    ]
+    assert tasks[2].extra == {"ability": "math", "split": "train"}
+    # the question alone in the user message (no extra_info, no env_kwargs) is read from the prompt
+    bare = {k: v for k, v in rows[1].items() if k not in ("extra_info", "env_kwargs")}
+    assert load_tasks(str(_write_jsonl(tmp_path / "bare.jsonl", [bare])))[0].question == "Find $x$ if $2x=14$."
+
+
+def test_malformed_verl_rows_name_the_field(tmp_path):
+    row = _reference_math_row("q", "1", "math500", 0)
+    no_question = {**row, "prompt": [], "extra_info": {}, "env_kwargs": {}}
+    with pytest.raises(DataFormatError, match=re.escape("x.jsonl:1: missing field 'question': no extra_info.question, "
+                                                        "env_kwargs.question or user message in 'prompt' (verl layout)")):  # fmt: skip
+        load_tasks(str(_write_jsonl(tmp_path / "x.jsonl", [no_question])))
+    empty_truth = {**row, "reward_model": {"style": "rule", "ground_truth": ""}}
+    with pytest.raises(DataFormatError, match=re.escape("y.jsonl:1: field 'reward_model.ground_truth' must be a "
+                                                        "non-empty string or a number, got ''")):  # fmt: skip
+        load_tasks(str(_write_jsonl(tmp_path / "y.jsonl", [empty_truth])))
+
+
+@pytest.mark.parametrize(
+    ("prompt", "extra_info"),
+    [
+        # langfengQ/DrMAS examples/data_preprocess/drmas_search.py:28-30,48-49,69-75: a system message, the bare
+        # question as the user message, extra_info.question
+        ([{"role": "system", "content": "You are a helpful and harmless assistant."},
+          {"role": "user", "content": "who wrote hamlet?"}], {"index": 0, "question": "who wrote hamlet?"}),
+        # the bare question alone, no extra_info
+        ([{"role": "user", "content": "who wrote hamlet?"}], None),
+        # Search-R1's templated prompt: the text after 'Question:'
+        ([{"role": "user", "content": "Answer the given question. ... Question: who wrote hamlet?\n"}], None),
+    ],
+)  # fmt: skip
+def test_verl_search_rows_load_with_a_bare_or_templated_question(tmp_path, prompt, extra_info):
+    row = {"data_source": "nq", "prompt": prompt, "ability": "fact-reasoning",
+           "reward_model": {"style": "rule", "ground_truth": {"target": ["Shakespeare", "William Shakespeare"]}}}  # fmt: skip
+    if extra_info is not None:
+        row["extra_info"] = extra_info
+    task = load_tasks(str(_write_jsonl(tmp_path / "nq_test.jsonl", [row])))[0]
+    assert (task.task_id, task.data_source, task.question, task.answer) == (
+        "nq-0", "nq", "who wrote hamlet?", ("Shakespeare", "William Shakespeare"))

@@ -5,6 +5,7 @@ purpose (training rollout, validation, eval), the step, the model and the number
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 
@@ -20,7 +21,7 @@ from drmas_train.model.assignment import ModelPool  # noqa: E402
 
 
 def test_token_bar_moves_within_each_generate_call(monkeypatch):
-    import tqdm.auto
+    import drmas_train.collect.progress as progress
 
     bars = []
 
@@ -40,7 +41,7 @@ def test_token_bar_moves_within_each_generate_call(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
+    monkeypatch.setattr(progress, "progress_bar", Recorder)
     from drmas_train.model.models import ModelSpec
 
     loaded = tiny_loader(ModelSpec("tiny"), "m")
@@ -83,3 +84,56 @@ def test_token_progress_total_tightens_as_rows_finish():
     assert bar.bar.total == 13
     bar.close()
     assert bar.bar.total == bar.bar.n == 6 == sum(bar.produced.values())
+
+
+def test_progress_in_a_log_is_one_plain_line_per_update(monkeypatch):
+    """Where the stream is not a terminal, progress_bar gives a LineProgress: lines ending in a newline at most every
+    mininterval seconds, the last state once at close, no carriage return and no cursor movement; tqdm.write (what
+    logging_redirect_tqdm calls) neither erases nor redraws it."""
+    import io
+
+    import tqdm as tqdm_module
+
+    from drmas_train.collect.progress import LOG_INTERVAL_S, LineProgress, progress_bar
+
+    log = io.StringIO()
+    clock = iter(range(0, 1000, 4))  # tqdm's clock: 4 s per reading
+    monkeypatch.setattr("tqdm.std.time", lambda: float(next(clock)))
+    bar = progress_bar(total=10, desc="rollout", unit="ep", file=log, miniters=1)
+    assert isinstance(bar, LineProgress) and bar.mininterval == LOG_INTERVAL_S == 10.0
+    for _ in range(10):
+        bar.update(1)
+    tqdm_module.tqdm.write("iter 1: reward 0.5", file=log)
+    bar.close()
+    text = log.getvalue()
+    assert "\r" not in text and "\x1b[" not in text
+    lines = text.splitlines()
+    assert all(line.startswith("rollout: ") for line in lines if line != "iter 1: reward 0.5")
+    assert re.match(r"rollout: 100%\|#+\| 10/10 \[", lines[-1]) and lines[-2] == "iter 1: reward 0.5", lines
+    # progress lines while it ran: at least 10 s apart (tqdm reads its clock twice per update here: 8 s per update),
+    # so fewer lines than updates, each further on
+    done = [int(re.match(r"rollout: +\d+%\|[# .0-9]*\| (\d+)/10 \[", line)[1]) for line in lines[:-2]]
+    assert 2 <= len(done) < 10 and done == sorted(set(done)) and done[-1] < 10, lines
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    on_terminal = progress_bar(total=1, file=Terminal())
+    assert not isinstance(on_terminal, LineProgress)
+    on_terminal.close()
+
+
+@pytest.mark.slow  # a drmas eval subprocess, ~3 s
+def test_cli_progress_written_to_a_file_has_no_carriage_returns(tmp_path):
+    """drmas eval 2> log: the log reads line by line (issue 40: '\\r' and 'ESC[A' sequences before)."""
+    import subprocess
+    import sys
+
+    argv = ["-m", "drmas_train.cli", "eval", "--env", "math-solver-verifier-v0", "--policy", "oracle", "--limit", "50",
+            "--k", "2", "--out", str(tmp_path / "out")]  # fmt: skip
+    with (tmp_path / "log").open("w") as log:
+        assert subprocess.run([sys.executable, *argv], stderr=log, stdout=subprocess.DEVNULL, timeout=120).returncode == 0
+    text = (tmp_path / "log").read_text()
+    assert "\r" not in text and "\x1b[" not in text
+    assert re.match(r"eval oracle: episodes done: 100%\|#+\| 100/100 \[", text.splitlines()[-1]), text

@@ -209,7 +209,7 @@ def test_rollout_validates_its_inputs():
 
 
 def test_progress_bar_counts_trajectories(monkeypatch):
-    import tqdm.auto
+    import drmas_train.collect.progress as progress
 
     bars = []
 
@@ -224,7 +224,7 @@ def test_progress_bar_counts_trajectories(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
+    monkeypatch.setattr(progress, "progress_bar", Recorder)
     rollout(
         LongEnv, [0, 1, 2], 2, _pool({"m": ScriptedBackend()}, {"*": "m"}), SAMPLING, seed=0, progress=True
     )

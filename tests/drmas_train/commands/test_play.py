@@ -51,8 +51,26 @@ def test_llm_policy_plays_a_tiny_model(capsys):
     argv = ["play", "--env", "math-solver-v0", "--policy", "llm", "--model", "tiny-llama", "--max-new-tokens", "6"]
     assert cli_main(argv) == 0
     out = capsys.readouterr().out
-    assert "--- turn 0 · solver  [invalid action] ---" in out  # random weights: no \boxed{}
-    assert "=== episode over: score 0, won False, returns {'solver': -0.1} ===" in out
+    # random weights: no \boxed{}, and the reply runs to the 6-token limit (no EOS drawn): marked as cut
+    assert "--- turn 0 · solver  [invalid action]  [truncated at the token limit] ---" in out
+    assert ("=== episode over: score 0, won False, returns {'solver': -0.1}, 1 of 1 replies truncated at the token "
+            "limit ===") in out  # fmt: skip
+
+
+def test_a_reply_cut_at_the_length_limit_is_marked_and_counted():
+    """play_episode marks a Reply with truncated=True on its turn's header and counts it on the last line."""
+    import drmas_envs
+    from drmas_train.commands.play import Reply, play_episode
+
+    replies = iter([Reply("The answer is \\boxed{1", truncated=True), Reply("<verify>approve</verify>")])
+    actors = {a: (lambda env, agent, obs: next(replies)) for a in ("solver", "verifier")}
+    out = io.StringIO()
+    final = play_episode(drmas_envs.make("math-solver-verifier-v0"), actors, seed=0, task_index=0, out=out)
+    text = out.getvalue()
+    assert re.findall(r"^--- turn \d+ · .* ---$", text, flags=re.M) == [
+        "--- turn 0 · solver  [invalid action]  [truncated at the token limit] ---", "--- turn 1 · verifier ---"]
+    assert final["truncated_replies"] == 1
+    assert text.rstrip().endswith(", 1 of 2 replies truncated at the token limit ===")
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def test_cli_eval_and_leaderboard(tmp_path, capsys):
     assert "reasoning_gym/gsm_symbolic" in out and "100.0%" in out and "wrote" in out
     summary = json.loads((runs / "oracle" / "summary.json").read_text())
     assert summary["config"]["policy"] == "oracle" and len(summary["config_hash"]) == 16
-    assert summary["sampling"] == {"temperature": 0.6, "top_p": 0.95, "top_k": -1, "max_new_tokens": 1024}
+    assert summary["sampling"] == {"temperature": 0.6, "top_p": 0.95, "top_k": -1, "max_new_tokens": 256}
     # an existing run is never overwritten
     assert eval_cmd.main(["--env", MATH, "--limit", "1", "--k", "1", "--no-progress", "--out", str(runs / "oracle")]) == 2
     assert "already holds a run" in capsys.readouterr().err
@@ -150,6 +150,9 @@ def test_llm_eval_with_per_agent_models(tmp_path):
         assert all(r["tokens_in"][a] > 0 for a in ("solver",))
         assert sum(r["calls"].values()) == len(r["transcript"]) == r["num_turns"]
         assert all(0 < r["tokens_out"][a] <= 6 * r["calls"][a] for a in r["calls"] if r["calls"][a])
+        # each transcript entry says whether its reply was cut at max_new_tokens
+        assert [e["truncated"] for e in r["transcript"]] == [f == "length" for f in r["finish_reasons"]]
+    assert any(e["truncated"] for r in rows for e in r["transcript"])  # random weights rarely stop within 6 tokens
     o = _overall(run)
     assert o["agents"]["solver"]["tokens_out"] > 0 and run.summary["label"] == "tiny-qwen3, verifier=tiny-b"
 
@@ -217,10 +220,78 @@ def test_eval_preset_repeats_the_training_runs_settings_and_flags_win():
     assert c.env_kwargs["max_loops"] == 2
     c = config("--preset", "drmas_math_qwen3_4b", "--max-new-tokens", "64", "--chat-template-kwarg", "enable_thinking=true")
     assert c.max_new_tokens == 64 and c.chat_template_kwargs == {"enable_thinking": True}
-    c = config("--env", "math-solver-v0")  # no preset: the reference's sampling, a 1024-token limit
-    assert (c.temperature, c.top_p, c.max_new_tokens, c.max_prompt_tokens, c.truncation) == (0.6, 0.95, 1024, None, "left")
+    c = config("--env", "math-solver-v0")  # no preset: the reference's sampling, rollout.max_new_tokens's default
+    assert (c.temperature, c.top_p, c.max_new_tokens, c.max_prompt_tokens, c.truncation) == (0.6, 0.95, 256, None, "left")
     with pytest.raises(ValueError, match=r"give --env ENV_ID \(or --preset PRESET"):
         config()
+
+
+def _fake_run(tmp_path):
+    """A quickstart_math run directory with a checkpoint's config (no weights): what eval reads of a run."""
+    from drmas_train.run.config import load_config, to_yaml
+
+    run = tmp_path / "run"
+    cfg = load_config("quickstart_math", [f"run.dir={run}"])
+    folder = run / "checkpoints" / "iter_000008" / "models" / "shared"
+    folder.mkdir(parents=True)
+    for path in (run / "config.yaml", run / "checkpoints" / "iter_000008" / "config.yaml"):
+        path.write_text(to_yaml(cfg))
+    return run, cfg, folder
+
+
+def test_eval_preset_of_a_run_scores_its_validation_tasks_with_its_settings(tmp_path, capsys):
+    """drmas eval --preset runs/<run>/config.yaml: the run's env.data validation tasks (held out, basic_arithmetic
+    for the math quickstart), its rollout.max_new_tokens and eval sampling; not the env's default gsm_symbolic."""
+    from drmas_train.run.env_setup import run_validation_tasks
+
+    run, cfg, _ = _fake_run(tmp_path)
+    out = tmp_path / "out"
+    assert eval_cmd.main(["--preset", str(run / "config.yaml"), "--policy", "oracle", "--k", "1", "--out", str(out),
+                          "--no-progress"]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert err == (f"drmas eval: tasks: the run's 32 validation tasks, written to {out / 'validation_tasks.jsonl'} "
+                   "(--data plays others)\n")  # fmt: skip
+    loaded = load_run(out)
+    assert {r["data_source"] for r in loaded.episodes} == {"reasoning_gym/basic_arithmetic"}
+    assert sorted({r["task_id"] for r in loaded.episodes}) == sorted(t.task_id for t in run_validation_tasks(cfg))
+    config = loaded.summary["config"]
+    assert (config["max_new_tokens"], config["temperature"], config["top_p"]) == (
+        cfg.rollout.max_new_tokens, cfg.eval.temperature, cfg.eval.top_p)
+
+
+def test_eval_of_a_checkpoint_model_folder_takes_its_runs_settings(tmp_path, capsys):
+    """README's drmas eval --env math-solver-verifier-v0 --model runs/<run>/checkpoints/iter_N/models/shared: the
+    checkpoint's config.yaml becomes the preset (its validation tasks, sampling, lengths), and says so; --env naming
+    another env scores that one, with a plain note that the model trained on another task."""
+    run, cfg, folder = _fake_run(tmp_path)
+
+    def settings(*argv):
+        args = eval_cmd.build_parser().parse_args([*argv, "--model", str(folder), "--out", str(tmp_path / "o")])
+        notes = eval_cmd.run_settings(args)
+        return eval_cmd.config_from_args(args), notes
+
+    c, notes = settings("--env", MATH)
+    ckpt_config = run / "checkpoints" / "iter_000008" / "config.yaml"
+    assert notes[0] == (f"the model is a checkpoint of a run: its config {ckpt_config} is the preset (env {MATH}, its "
+                        "validation tasks, sampling and length limits; flags win)")  # fmt: skip
+    assert c.data == (str(tmp_path / "o" / "validation_tasks.jsonl"),) and c.policy == "llm"
+    assert (c.max_new_tokens, c.temperature) == (cfg.rollout.max_new_tokens, cfg.eval.temperature)
+    c, notes = settings("--env", "math-solver-v0")
+    assert notes == [f"the model is a checkpoint of the run {ckpt_config.parent} trained on {MATH} (data: "
+                     f"reasoning_gym:basic_arithmetic); scoring math-solver-v0 instead, another task (--preset "
+                     f"{ckpt_config} scores the run's own)"]  # fmt: skip
+    assert c.data == () and c.max_new_tokens == 256
+
+
+def test_eval_and_crossplay_help_name_only_what_exists():
+    """--limit's default is stated; crossplay (no --preset) does not point at --preset."""
+    from drmas_train.commands import crossplay as crossplay_cmd
+
+    eval_help = " ".join(eval_cmd.build_parser().format_help().split())
+    assert "first N tasks of each source; default: all" in eval_help
+    assert "else 256 (rollout.max_new_tokens's default" in eval_help
+    cross_help = crossplay_cmd.build_parser().format_help()
+    assert "--preset" not in cross_help
 
 
 def test_chat_template_kwargs_reach_every_local_model():

@@ -42,6 +42,7 @@ def no_model_load(monkeypatch):
         (["eval.every=1", "eval.data=/no/such.jsonl"], r"^drmas train: eval.data='/no/such.jsonl': task file "
                                                          r"'/no/such.jsonl' not found\. Accepted:"),
         (["rollout.group_size=1"], r"^drmas train: rollout.group_size must be >= 2, got 1: group baselines"),
+        (["rollout.group_size=0"], r"^drmas train: rollout.group_size must be >= 2, got 0: group baselines"),
         (["--resume"], r"^drmas train: --resume: no checkpoint under .*checkpoints; run without --resume first"),
         (["--resume", "--overwrite"], r"^drmas train: --resume and --overwrite exclude each other"),
     ],
@@ -184,7 +185,7 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path, stage, d
     run_dir = tmp_path / "run"
     tiny_config(run_dir)  # writes tmp_path / "run.yaml"
     config = tmp_path / "run.yaml"
-    proc = _cli(config, "run.iterations=10", stop=(stage, 3))
+    proc = _cli(config, "run.iterations=10", "run.progress=true", stop=(stage, 3))
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
     assert len(read_metrics(run_dir / "metrics.jsonl")) == done
@@ -192,6 +193,10 @@ def test_ctrl_c_saves_a_checkpoint_and_resume_says_from_where(tmp_path, stage, d
     assert ckpt is not None and ckpt.name == f"iter_{done:06d}"
     assert f"saved checkpoint {ckpt} (iter {done}); continue with --resume" in err
     assert err.rstrip().endswith("drmas train: interrupted") and "Traceback" not in err
+    # stderr is a pipe: progress is one plain line per update (no carriage returns, no cursor moves), and the last
+    # message starts a line of its own
+    assert "\r" not in err and "\x1b[" not in err and "\ndrmas train: interrupted" in err
+    assert any(line.startswith("train:") and "iter" in line for line in err.splitlines()), err
     assert not list((run_dir / "checkpoints").glob(".tmp-iter_*"))
     # the saved sampler is the one after `done` iterations, not after the draw of the interrupted one
     state = torch.load(ckpt / "trainer_state.pt", weights_only=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import pytest
 import torch
@@ -62,24 +63,80 @@ def test_config_fields():
         load_config(overrides=["run.num_threads=-2"])
 
 
-def test_busy_cores_counts_only_this_process_cores_now(monkeypatch):
-    import psutil
+class _FakeClock:
+    """psutil and time as cpu_use reads them: two snapshots 0.5 s apart."""
 
-    seen = {}
+    def __init__(self, monkeypatch, per_cpu, own):
+        import collections
 
-    def cpu_percent(interval=None, percpu=False):
-        seen.update(interval=interval, percpu=percpu)
-        return [100.0, 50.0, 80.0, 0.0]
+        import psutil
 
-    monkeypatch.setattr(psutil, "cpu_percent", cpu_percent)
+        Times = collections.namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
+        Own = collections.namedtuple("Own", "user system children_user children_system")
+        snaps = iter([[Times(*t) for t in per_cpu[0]], [Times(*t) for t in per_cpu[1]]])
+        owns = iter([Own(*own[0], 0.0, 0.0), Own(*own[1], 0.0, 0.0)])
+        clock = iter([100.0, 100.5])
+        monkeypatch.setattr(psutil, "cpu_times", lambda percpu=False: next(snaps))
+        monkeypatch.setattr(psutil, "Process", lambda: type("P", (), {"cpu_times": lambda self: next(owns)})())
+        monkeypatch.setattr(threads.time, "sleep", lambda s: None)
+        monkeypatch.setattr(threads.time, "monotonic", lambda: next(clock))
+
+
+def _t(user=0.0, system=0.0, idle=0.0, steal=0.0):
+    return (user, 0.0, system, idle, 0.0, 0.0, 0.0, steal, 0.0, 0.0)
+
+
+def test_cpu_use_leaves_out_this_process_and_steal(monkeypatch):
+    """Issue 40's false alarm: both cores busy over the window, but with this process's own work (imports, data)
+    and the hypervisor's steal; no other process. cpu_use says 0 other cores, and configure_threads stays quiet."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    before = [_t(10, 5, 100, 1), _t(10, 5, 100, 1)]
+    after = [_t(10.3, 5.1, 100, 1.1), _t(10.3, 5.1, 100, 1.1)]  # per core: 0.4 s busy + 0.1 s steal in 0.5 s
+    _FakeClock(monkeypatch, [before, after], own=[(3.0, 1.0), (3.7, 1.1)])  # this process: 0.8 s of CPU
+    use = threads.cpu_use()
+    assert use == threads.CpuUse(others=pytest.approx(0.0, abs=1e-9), own=pytest.approx(1.6), steal=pytest.approx(0.4),
+                                 interval_s=0.5)  # fmt: skip
+    assert threads.oversubscription(2, 2, use) is None
+
+
+def test_cpu_use_counts_other_processes_on_this_process_cores(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 2}, raising=False)
-    assert threads.busy_cores() == pytest.approx(1.3)  # cores 1 and 2: 0.5 + 0.8 busy, measured over an interval
-    assert seen == {"interval": 0.25, "percpu": True}
+    before = [_t(0, 0, 0), _t(0, 0, 0), _t(0, 0, 0), _t(0, 0, 0)]
+    after = [_t(0.5, 0, 0), _t(0.45, 0.05, 0), _t(0.4, 0, 0.1), _t(0.5, 0, 0)]  # cores 0 and 3 are not ours
+    _FakeClock(monkeypatch, [before, after], own=[(0.0, 0.0), (0.05, 0.0)])
+    use = threads.cpu_use()
+    assert (use.others, use.own, use.steal) == (pytest.approx(1.7), pytest.approx(0.1), 0.0)
+    assert threads.oversubscription(2, 2, use) == (
+        "the machine looks oversubscribed: over the last 0.5 s, other processes kept 1.7 of 2 cores busy (this "
+        "process: 0.1, hypervisor steal: 0.0), + 2 torch threads here > 2 available cores; torch threads then wait "
+        "on each other and a run can be many times slower. Stop the other jobs (ps, top), or give each process its "
+        "own cores (taskset) and set run.num_threads accordingly."
+    )
+
+
+@pytest.mark.slow  # a real measurement: a child process spins on this machine for 1.5 s
+def test_a_busy_child_process_is_other_work_and_a_busy_thread_here_is_not():
+    import subprocess
+    import sys
+    import threading
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 1.5\nwhile time.time() < t: pass"])
+    stop = time.monotonic() + 1.0
+    spinner = threading.Thread(target=lambda: [None for _ in iter(lambda: time.monotonic() > stop, True)])
+    try:
+        time.sleep(0.2)
+        spinner.start()
+        use = threads.cpu_use(0.5)
+    finally:
+        spinner.join()
+        child.wait()
+    assert use.others >= 0.25  # the child (on a quiet machine about 1 core; others share the 2 cores)
+    assert use.own >= 0.1  # the spinning thread of this process, counted as its own, not as other work
 
 
 def test_check_runs_once_per_process(monkeypatch, restore_threads):
     calls = []
-    monkeypatch.setattr(threads, "busy_cores", lambda: calls.append(1) or 0.0)
+    monkeypatch.setattr(threads, "cpu_use", lambda: calls.append(1) or threads.CpuUse(0.0))
     threads.configure_threads(1)
     threads.configure_threads(1)
     assert calls == [1]
