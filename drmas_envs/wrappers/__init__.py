@@ -1,5 +1,7 @@
 """Adapters that let third-party algorithms use drmas envs without editing them.
 
+Floor 5 of drmas_envs (over ``core`` and ``registration``).
+
 ==============================  ===========================================  ======================================
 adapter                         for                                          checked by
 ==============================  ===========================================  ======================================
