@@ -21,8 +21,6 @@ Importing this package mirrors every registered drmas id into Gymnasium's regist
 """
 
 from drmas_envs.wrappers.dataset_export import (
-    CallRecord,
-    EpisodeRecord,
     episodes_to_rows,
     record_episode,
     samples_to_rows,
@@ -62,8 +60,6 @@ __all__ = [
     "register_gymnasium_envs",
     "gymnasium_id",
     "GYMNASIUM_NAMESPACE",
-    "CallRecord",
-    "EpisodeRecord",
     "record_episode",
     "episodes_to_rows",
     "samples_to_rows",
