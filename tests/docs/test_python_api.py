@@ -15,22 +15,36 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "python-api.md"
 
 
-def _example() -> str:
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)[0]
+def _example(index: int) -> str:
+    """The page's ``index``-th ```python block."""
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)[index]
+
+
+def _promised(code: str) -> list[str]:
+    """The output lines the snippet's ``# `` comments promise (section comments, which start lower-case words
+    followed by a colon, left out)."""
+    return [line.removeprefix("# ") for line in code.splitlines()
+            if line.startswith("# ") and not re.match(r"# [a-z]+: ", line)]  # fmt: skip
+
+
+def test_star_import_example_plays_an_episode(capsys):
+    code = _example(0)
+    assert code.startswith("from drmas_envs import *\n")
+    exec(code, {})  # noqa: S102 - the documentation's own snippet
+    assert capsys.readouterr().out.splitlines() == _promised(code) == ["1.0 ['solver', 'verifier']"]
 
 
 @pytest.mark.slow  # a tiny-qwen3 training iteration and two scripted evaluations: ~15 s on 2 CPU cores
 def test_train_evaluate_rank_example_prints_its_comments(tmp_path):
-    code = _example()
+    code = _example(1)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
     )
     assert done.returncode == 0, done.stderr
-    promised = [line.removeprefix("# ") for line in code.splitlines() if line.startswith("# ") and not line.startswith("# train")
-                and not line.startswith(("# evaluate", "# rank"))]  # fmt: skip
-    assert promised and done.stdout.splitlines() == promised
+    promised = _promised(code)
+    assert len(promised) == 3 and done.stdout.splitlines() == promised
     assert (tmp_path / "runs" / "eval-oracle" / "summary.json").is_file()
     assert (tmp_path / "runs" / "tiny" / "metrics.jsonl").is_file()
 
