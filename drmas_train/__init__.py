@@ -1,12 +1,14 @@
 """drmas_train: batched multi-agent LLM rollouts, GRPO and Dr. MAS advantages, PPO updates per model.
 
-The entry points a user needs, at top level (docs/python-api.md, run by tests/docs/test_python_api.py)::
+The entry points a user needs, at top level (docs/python-api.md, whose example tests/docs/test_python_api.py
+runs)::
 
-    >>> import drmas_train
-    >>> cfg = drmas_train.load_config("quickstart_math", ["run.iterations=1"])  # a preset + dotted overrides
-    >>> summary = drmas_train.train(cfg)                                      # the training loop
-    >>> run = drmas_train.evaluate(drmas_train.EvalConfig(envs=["math-solver-verifier-v0"]), "runs/eval")
-    >>> tables = drmas_train.build_tables([run])                              # the leaderboard, one table per suite
+    import drmas_train
+
+    cfg = drmas_train.load_config("quickstart_math", ["run.iterations=1"])  # a preset + dotted overrides
+    summary = drmas_train.train(cfg)  # the training loop; the run summary
+    run = drmas_train.evaluate(drmas_train.EvalConfig(envs=["math-solver-verifier-v0"]), "runs/eval")
+    tables = drmas_train.build_tables([run])  # the leaderboard, one table per suite
 
 * config: :func:`load_config`, :class:`TrainConfig`, :func:`list_presets`, :class:`ConfigError`;
 * training: :func:`train`;

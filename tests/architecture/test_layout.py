@@ -176,6 +176,31 @@ def test_a_sideways_import_between_envs_is_caught(tmp_path):
     ]
 
 
+def test_drmas_envs_never_imports_drmas_train():
+    """``drmas_train`` depends on ``drmas_envs``, never the reverse (docs/architecture.md)."""
+    wrong = []
+    for path in sorted(ENV_PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(n.split(".")[0] == "drmas_train" for n in names):
+                wrong.append(f"{path.relative_to(ENV_PACKAGE.parent)}:{node.lineno} imports drmas_train")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_docs_drmas_envs_floor_table_is_env_floors():
+    """docs/architecture.md's "drmas_envs's floors" table gives each floor's parts as ENV_FLOORS does."""
+    import re
+
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = doc.split("### drmas_envs's floors", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (.*?) \|", section, re.M)
+    table = [tuple(re.findall(r"`drmas_envs\.([a-z_]+)`", parts)) for _, parts in rows]
+    assert [int(n) for n, _ in rows] == list(range(len(ENV_FLOORS)))
+    assert table == [(f,) if isinstance(f, str) else f for f in ENV_FLOORS]
+
+
 def test_every_part_is_on_a_floor():
     parts = {p.name.removesuffix(".py") for p in PACKAGE.iterdir() if not p.name.startswith(("_", "."))}
     parts = {p for p in parts if (PACKAGE / p).is_dir() or (PACKAGE / f"{p}.py").is_file()}

@@ -90,6 +90,7 @@ def test_top_level_exports_exactly_the_documented_names(package):
     module = importlib.import_module(package)
     assert set(module.__all__) == PUBLIC[package]
     assert len(module.__all__) == len(PUBLIC[package])
+    assert set(getattr(module, "_LAZY", {})) <= set(module.__all__)  # drmas_train: every lazy name is public
 
 
 def test_top_levels_star_import_and_document_every_name():
