@@ -96,8 +96,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    """The module's names, the lazy ones included (so ``dir(drmas_train)`` and tab completion list them)."""
-    return sorted({*globals(), *__all__})
+    """The public names, the lazy ones included (what ``dir(drmas_train)`` and tab completion list)."""
+    return sorted(__all__)
 
 
 def list_estimators() -> list[str]:

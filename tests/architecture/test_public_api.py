@@ -131,6 +131,7 @@ def test_a_lazy_name_is_the_defining_modules_object_and_an_unknown_one_is_refuse
     from drmas_train.algorithm.advantages import ESTIMATORS, get_estimator
 
     assert drmas_train.get_estimator is get_estimator
+    assert dir(drmas_train) == sorted(drmas_train.__all__)
     assert drmas_train.list_estimators() == list(ESTIMATORS) and "drmas" in ESTIMATORS
     assert "math-solver-verifier-v0" in drmas_train.list_envs()
     with pytest.raises(
