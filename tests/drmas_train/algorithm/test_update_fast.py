@@ -14,12 +14,12 @@ from drmas_train.algorithm.memory_budget import (
     free_memory_bytes,
 )
 from drmas_train.algorithm.optim import ModelOptimizer, build_optimizer, prompt_micro_batches
-from drmas_train.model.precision import bf16_native, resolve_autocast
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import ppo_update
 from drmas_train.collect.samples import Sample
 from drmas_train.model.logprobs import forward_logprobs
 from drmas_train.model.models import load_model
+from drmas_train.model.precision import bf16_native, resolve_autocast
 
 
 def _group_samples(model, groups=3, group_size=3, seed=0):
