@@ -5,6 +5,14 @@
     >>> env.reset(seed=0)
 
 No torch is imported anywhere in this package: envs take text in and give text, rewards and infos out.
+
+The top level is the registry (:func:`make`, :func:`register`, :func:`spec`, :data:`registry`,
+:func:`pprint_registry`, :class:`EnvSpec` and the :class:`RegistrationError` every lookup error derives from) and
+the records every env shares (:class:`Task`, :class:`TaskSource`, :class:`ListTaskSource`, :class:`TextAECEnv`,
+:class:`EpisodeRecord`, :class:`CallRecord`, :func:`episode_record`, :func:`play_episode`); ``__all__`` lists
+exactly these (tests/architecture/test_public_api.py). The subpackages sit on floors, bottom first (docs/architecture.md,
+"drmas_envs's floors"; tests/architecture/test_layout.py): 0 ``_rng``, 1 ``core``, 2 ``data``, 3 ``math`` /
+``search`` / ``games`` (never each other), 4 ``registration``, 5 ``wrappers`` and ``_builtin``, 6 ``testing``.
 """
 
 from drmas_envs._rng import global_rng_preserved
@@ -12,7 +20,16 @@ from drmas_envs._rng import global_rng_preserved
 _rng_guard = global_rng_preserved()  # importing drmas_envs leaves random / numpy's global state as it was
 _rng_guard.__enter__()
 
-from drmas_envs.core import ListTaskSource  # noqa: E402, Task, TaskSource, TextAECEnv
+from drmas_envs.core import (  # noqa: E402
+    CallRecord,
+    EpisodeRecord,
+    ListTaskSource,
+    Task,
+    TaskSource,
+    TextAECEnv,
+    episode_record,
+    play_episode,
+)
 from drmas_envs.registration import (  # noqa: E402
     EnvSpec,
     RegistrationError,
@@ -37,6 +54,10 @@ __all__ = [
     "TaskSource",
     "ListTaskSource",
     "TextAECEnv",
+    "EpisodeRecord",
+    "CallRecord",
+    "episode_record",
+    "play_episode",
     "__version__",
 ]
 

@@ -1,5 +1,7 @@
 """OpenSpiel games as drmas text AEC envs: agents whose rewards differ by construction (issue 42).
 
+Floor 3 of drmas_envs (over ``core`` and ``data``; never ``math`` or ``search``).
+
 Optional extra ``games`` (``pip install 'drmas[games]'``, which installs ``open_spiel``). The game logic stays in
 OpenSpiel; :mod:`drmas_envs.games.openspiel_env` only maps turns, observations, replies and returns onto the text
 AEC base. One module per registered id (its docstring is the env card); ``docs/games.md`` is the overview.

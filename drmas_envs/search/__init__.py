@@ -1,5 +1,7 @@
 """Multi-turn search envs and their parts.
 
+Floor 3 of drmas_envs (over ``core`` and ``data``; never ``math`` or ``games``).
+
 * envs: :mod:`~drmas_envs.search.orchestrator` (``search-orchestrator-v0``), :mod:`~drmas_envs.search.search_r1`
   (``search-r1-v0``);
 * retrieval: :mod:`~drmas_envs.search.retrievers` (``bm25``, ``dense``, ``faiss``, ``http``),

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from drmas_envs.core import ListTaskSource
 from drmas_envs.data.files import read_rows
-from drmas_envs.data.qa_rows import SEARCH_R1_SOURCES, infer_data_source, row_to_task
+from drmas_envs.data.qa_rows import infer_data_source, row_to_task
 
-__all__ = ["SEARCH_R1_SOURCES", "row_to_task", "load_qa_file", "load_qa_hf", "infer_data_source"]
+__all__ = ["row_to_task", "load_qa_file", "load_qa_hf", "infer_data_source"]
 
 def load_qa_file(path: str | Path, *, data_source: str | None = None, limit: int | None = None) -> ListTaskSource:
     """All rows of a local QA file as tasks (see the module doc for schemas and ``data_source``).

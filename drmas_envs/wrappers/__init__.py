@@ -1,5 +1,7 @@
 """Adapters that let third-party algorithms use drmas envs without editing them.
 
+Floor 5 of drmas_envs (over ``core`` and ``registration``).
+
 ==============================  ===========================================  ======================================
 adapter                         for                                          checked by
 ==============================  ===========================================  ======================================
@@ -19,8 +21,6 @@ Importing this package mirrors every registered drmas id into Gymnasium's regist
 """
 
 from drmas_envs.wrappers.dataset_export import (
-    CallRecord,
-    EpisodeRecord,
     episodes_to_rows,
     record_episode,
     samples_to_rows,
@@ -60,8 +60,6 @@ __all__ = [
     "register_gymnasium_envs",
     "gymnasium_id",
     "GYMNASIUM_NAMESPACE",
-    "CallRecord",
-    "EpisodeRecord",
     "record_episode",
     "episodes_to_rows",
     "samples_to_rows",

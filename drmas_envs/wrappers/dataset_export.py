@@ -44,11 +44,9 @@ from typing import Any
 
 from pettingzoo import AECEnv
 
-from drmas_envs.core.episode import CallRecord, EpisodeRecord, play_episode
+from drmas_envs.core.episode import EpisodeRecord, play_episode
 
 __all__ = [
-    "CallRecord",
-    "EpisodeRecord",
     "record_episode",
     "episodes_to_rows",
     "samples_to_rows",

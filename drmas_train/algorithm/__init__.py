@@ -1,1 +1,3 @@
-"""Stage 3, algorithm: advantages (GRPO / Dr. MAS), policy losses, π_old log-probs and the PPO update."""
+"""Floor 5, algorithm (above floors 0-4, errors to collect): advantages (GRPO / Dr. MAS), policy losses, π_old
+log-probs and the PPO update.
+"""

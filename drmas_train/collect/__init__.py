@@ -1,1 +1,3 @@
-"""Stage 2, collect: the rollout engine plays env episodes with the models and turns them into ``Sample``s."""
+"""Floor 4, collect (above floors 0-3): the rollout engine plays env episodes with the models and turns them
+into ``Sample``s.
+"""

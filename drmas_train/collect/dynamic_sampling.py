@@ -24,7 +24,7 @@ import numpy as np
 from drmas_train.collect.config import FILTER_METRICS
 from drmas_train.collect.rollout import RolloutResult, merge_timing
 
-__all__ = ["FILTER_METRICS", "DynamicBatch", "groups_with_spread", "dynamic_sampling"]
+__all__ = ["DynamicBatch", "groups_with_spread", "dynamic_sampling"]
 
 logger = logging.getLogger(__name__)
 

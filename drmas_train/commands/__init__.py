@@ -1,5 +1,7 @@
-"""One module per ``drmas`` subcommand, each exposing ``main(argv) -> int``."""
+"""One module per ``drmas`` subcommand, each exposing ``main(argv) -> int``.
 
+Floor 11 of drmas_train (over floors 0-10; only ``cli``, floor 12, imports it).
+"""
 from __future__ import annotations
 
 import argparse

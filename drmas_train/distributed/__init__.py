@@ -3,5 +3,7 @@
 updater that plug them into the single-process trainer's interfaces. See ``docs/architecture.md`` ("Distributed
 layout").
 
+Floor 8 of drmas_train (over floors 0-7).
+
 Importing this package imports no Ray; every module that needs Ray imports it at its top.
 """

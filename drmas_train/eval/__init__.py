@@ -1,1 +1,3 @@
-"""Stage 4, eval: scripted and LLM policies played without training, avg@k / pass@k metrics, results, leaderboard."""
+"""Floor 6, eval (above floors 0-5): scripted and LLM policies played without training, avg@k / pass@k
+metrics, results, leaderboard.
+"""

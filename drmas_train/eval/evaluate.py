@@ -34,7 +34,6 @@ from drmas_envs.core.episode import EpisodeRecord, play_episode
 from drmas_train.backends.base import LOCAL_BACKENDS, TRUNCATION_MODES
 from drmas_train.eval.metrics import default_k_values, summarize_episodes
 from drmas_train.eval.results import (
-    QA_INFO_KEYS,
     RunResult,
     config_hash,
     env_version,
@@ -53,7 +52,6 @@ __all__ = [
     "build_summary",
     "agent_model_mapping",
     "openai_pool",
-    "QA_INFO_KEYS",
 ]
 
 #: Policies that need no model.

@@ -1,5 +1,7 @@
 """Recipes that train drmas envs with third-party RL libraries (RLlib, Tianshou, Stable-Baselines3).
 
+Floor 10 of drmas_train (over floors 0-9).
+
 One module per library; each imports its library lazily (inside functions), so importing this package, or
 ``drmas_envs``, never pulls in Ray, Tianshou or SB3. Install them with the ``marl`` extra
 (``pip install -e ".[marl]"``). See ``docs/plugging-in.md`` for which adapter each library needs and why.

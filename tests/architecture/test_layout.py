@@ -1,7 +1,8 @@
-"""drmas_train's layering is true: every import points down the floors of docs/architecture.md, and no modules
-import each other in a circle. Every import counts: module level, function level and ``TYPE_CHECKING`` ones.
+"""drmas_train's and drmas_envs's layering is true: every import points down the floors of docs/architecture.md, and
+no modules import each other in a circle. Every import counts: module level, function level and ``TYPE_CHECKING`` ones.
 
-The floors, bottom first (a package may import its own floor's modules and any floor below, never one above):
+The floors, bottom first (a part may import its own modules and any floor below, never one above, and never another
+part of its own floor): :data:`FLOORS` for drmas_train, :data:`ENV_FLOORS` for drmas_envs.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import drmas_envs
 import drmas_train
 
 PACKAGE = Path(drmas_train.__file__).resolve().parent
+ENV_PACKAGE = Path(drmas_envs.__file__).resolve().parent
 
 #: floor of each top-level part of drmas_train, bottom first; one part per floor (docs/architecture.md).
 FLOORS = (
@@ -30,6 +33,23 @@ FLOORS = (
     "cli",  # the `drmas` dispatcher
 )
 RANK = {name: i for i, name in enumerate(FLOORS)}
+
+#: floor of each top-level part of drmas_envs, bottom first; parts on one floor never import each other. Derived from
+#: the import graph (docs/architecture.md, "drmas_envs's floors").
+ENV_FLOORS = (
+    "_rng",  # the guard that leaves random / numpy's global state as it was
+    "core",  # the text AEC base, spaces, Task, the episode record, tags, env factories
+    "data",  # task sources (files, Hugging Face, reasoning-gym) and row formats; never imports search
+    ("math", "search", "games"),  # the envs; none imports another, none registers itself
+    "registration",  # make / register / spec: names an env by its "module:attr" entry point, imported when made
+    ("_builtin", "wrappers"),  # the built-in ids; adapters for other libraries (Gymnasium's "drmas/<id>")
+    "testing",  # conformance checks over any env
+)
+
+
+def _ranks(floors: tuple[str | tuple[str, ...], ...]) -> dict[str, int]:
+    """Part -> floor number; a floor is one part or a tuple of parts."""
+    return {part: i for i, floor in enumerate(floors) for part in ((floor,) if isinstance(floor, str) else floor)}
 
 
 def _part(module: str) -> str | None:
@@ -58,14 +78,14 @@ def _imports(path: Path, modules: set[str]) -> list[tuple[int, str]]:
     return [(line, m) for line, m in found if m in modules]
 
 
-def check_layout(package: Path, floors: tuple[str, ...] = FLOORS) -> list[str]:
-    """Every violation of the layering in the package at ``package``: an import that points up or sideways
-    between parts of different floors, a part with no floor, and every circle of module imports.
+def check_layout(package: Path, floors: tuple[str | tuple[str, ...], ...] = FLOORS) -> list[str]:
+    """Every violation of the layering in the package at ``package``: an import that points up a floor, one between
+    two parts of the same floor (sideways), a part with no floor, and every circle of module imports.
 
     Returns:
         one line per violation, naming the importing file and line, the imported module and both floors.
     """
-    rank = {name: i for i, name in enumerate(floors)}
+    rank = _ranks(floors)
     name = package.name
     files = {_module_name(p, package): p for p in sorted(package.rglob("*.py"))}
     modules = set(files)
@@ -86,6 +106,9 @@ def check_layout(package: Path, floors: tuple[str, ...] = FLOORS) -> list[str]:
             if rank[target] > rank[part]:
                 problems.append(f"{path.relative_to(package.parent)}:{line} ({part}, floor {rank[part]}) imports "
                                 f"{imported} ({target}, floor {rank[target]}): an upward import")  # fmt: skip
+            elif rank[target] == rank[part]:
+                problems.append(f"{path.relative_to(package.parent)}:{line} ({part}, floor {rank[part]}) imports "
+                                f"{imported} ({target}, the same floor): a sideways import")  # fmt: skip
         graph[mod] = edges
     problems += [f"import circle: {' -> '.join(c)} -> {c[0]}" for c in _circles(graph)]
     return problems
@@ -127,6 +150,55 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_imports_point_down_and_never_in_a_circle():
     problems = check_layout(PACKAGE)
     assert not problems, "\n".join(problems)
+
+
+def test_drmas_envs_imports_point_down_and_never_in_a_circle():
+    problems = check_layout(ENV_PACKAGE, ENV_FLOORS)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_drmas_envs_part_is_on_a_floor():
+    parts = {p.name.removesuffix(".py") for p in ENV_PACKAGE.iterdir() if p.name != "__init__.py"}
+    parts = {p for p in parts if (ENV_PACKAGE / p / "__init__.py").is_file() or (ENV_PACKAGE / f"{p}.py").is_file()}
+    assert parts == set(_ranks(ENV_FLOORS))
+
+
+def test_a_sideways_import_between_envs_is_caught(tmp_path):
+    root = tmp_path / "drmas_envs"
+    for rel, text in {"__init__.py": "", "core/__init__.py": "", "math/__init__.py": "", "search/__init__.py": "",
+                      "math/team.py": "from drmas_envs.search.parsing import parse_verdict\n",
+                      "search/parsing.py": "from drmas_envs.core import Task\n"}.items():  # fmt: skip
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    assert check_layout(root, (("_rng",), "core", ("math", "search"))) == [
+        "drmas_envs/math/team.py:1 (math, floor 2) imports drmas_envs.search.parsing (search, the same floor): "
+        "a sideways import"
+    ]
+
+
+def test_drmas_envs_never_imports_drmas_train():
+    """``drmas_train`` depends on ``drmas_envs``, never the reverse (docs/architecture.md)."""
+    wrong = []
+    for path in sorted(ENV_PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            if any(n.split(".")[0] == "drmas_train" for n in names):
+                wrong.append(f"{path.relative_to(ENV_PACKAGE.parent)}:{node.lineno} imports drmas_train")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_docs_drmas_envs_floor_table_is_env_floors():
+    """docs/architecture.md's "drmas_envs's floors" table gives each floor's parts as ENV_FLOORS does."""
+    import re
+
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = doc.split("### drmas_envs's floors", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (.*?) \|", section, re.M)
+    table = [tuple(re.findall(r"`drmas_envs\.([a-z_]+)`", parts)) for _, parts in rows]
+    assert [int(n) for n, _ in rows] == list(range(len(ENV_FLOORS)))
+    assert table == [(f,) if isinstance(f, str) else f for f in ENV_FLOORS]
 
 
 def test_every_part_is_on_a_floor():
