@@ -29,7 +29,7 @@ from drmas_train.algorithm.grouping import resolve_units
 from drmas_train.algorithm.losses import KL_ESTIMATORS, LOSS_FIELDS, PolicyLossConfig
 from drmas_train.algorithm.reward_shaping import KL_CONTROLS
 from drmas_train.errors import ConfigError, require
-from drmas_train.model.precision import AUTOCAST_MODES, MASTER_DTYPES
+from drmas_train.model.precision import AUTOCAST, AUTOCAST_MODES, MASTER_DTYPES
 
 __all__ = ["AlgorithmConfig", "OptimConfig", "CriticConfig", "MINI_BATCH_ORDERS", "BATCH_PADDINGS", "CRITIC_PER"]
 
@@ -238,7 +238,7 @@ class OptimConfig:
     activation_checkpointing: int = 0
     """0 = off; k = recompute every k-th decoder layer in the backward (about 18x less activation memory at k = 1
     for a third more forward compute; group prompts are then not shared)."""
-    autocast: str = "off"
+    autocast: str = AUTOCAST
     """the compute dtype of *float32* models: ``off`` (float32) | ``bf16`` | ``auto`` (bf16 where the device runs bf16
     matmuls natively and faster: CUDA, or a CPU with AVX512-BF16 or AMX; :mod:`drmas_train.model.precision`). A model
     whose ``models.<key>.dtype`` is ``bfloat16`` always computes in bf16."""

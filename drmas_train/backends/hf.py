@@ -32,7 +32,7 @@ from drmas_train.backends.base import (
 )
 from drmas_train.model.adapters import activate
 from drmas_train.model.logprobs import cache_kwarg
-from drmas_train.model.precision import AUTOCAST_MODES, forward_dtype
+from drmas_train.model.precision import AUTOCAST, AUTOCAST_MODES, forward_dtype
 from drmas_train.model.prefill import can_stitch, prefill
 
 __all__ = ["HFBackend", "TokenCallback", "filter_logits", "next_tokens", "sample_categorical", "sample_weights"]
@@ -200,7 +200,7 @@ class HFBackend(ChatTokenBackend):
         max_batch_size: int = 64,
         prefill_token_budget: int = 8192,
         seed: int = 0,
-        autocast: str = "off",
+        autocast: str = AUTOCAST,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from drmas_train.backends.base import TRUNCATION_MODES
 from drmas_train.errors import require
-from drmas_train.model.precision import AUTOCAST_MODES
+from drmas_train.model.precision import AUTOCAST, AUTOCAST_MODES
 
 __all__ = ["RolloutConfig", "FILTER_METRICS"]
 
@@ -42,7 +42,7 @@ class RolloutConfig:
     reference's ``algorithm.filter_groups.enable``, off by default)."""
     filter_groups_metric: str = "score"
     """``score`` (the episode reward) | ``won``: what the rollouts of a kept group must differ in."""
-    autocast: str = "off"
+    autocast: str = AUTOCAST
     """the HF engine's compute dtype for *float32* models' decoding: ``off`` | ``bf16`` | ``auto`` (bf16 where native and
     faster, :func:`drmas_train.model.precision.resolve_autocast`), as ``optim.autocast`` for the update; a model of
     ``dtype: bfloat16`` decodes in bf16 whatever this says. Other engines take their own dtype (vLLM: the model's)."""

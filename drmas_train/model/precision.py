@@ -34,11 +34,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["AUTOCAST_MODES", "MASTER_DTYPES", "COMPUTE_ATTR", "bf16_native", "cpu_bf16_isa", "bf16_speedup",
+__all__ = ["AUTOCAST_MODES", "AUTOCAST", "MASTER_DTYPES", "COMPUTE_ATTR", "bf16_native", "cpu_bf16_isa", "bf16_speedup",
            "resolve_autocast", "forward_dtype", "mark_compute_dtype", "frozen_copy", "warn_low_precision_master"]
 
-#: accepted values of ``optim.autocast``.
+#: accepted values of ``optim.autocast`` and ``rollout.autocast``.
 AUTOCAST_MODES = ("off", "bf16", "auto")
+#: their default: float32 models compute in float32 (bf16 only where asked; see docs/quickstart.md for the study
+#: that decides whether ``auto`` may become the quickstart's default).
+AUTOCAST = "off"
 #: accepted values of ``optim.master_dtype``: float32 master weights (the reference), or the model's own dtype.
 MASTER_DTYPES = ("float32", "model")
 #: attribute set on a model held in a dtype other than the one it computes in: the autocast dtype of its forwards
