@@ -129,7 +129,7 @@ def old_logprobs_for_update(
     *,
     pad_token_id: int,
     agree_budget: Callable[[int], int] | None = None,
-    world_size: int = 1,
+    world_size: int,
 ) -> tuple[list[Sample], dict[str, float]]:
     """π_old of one model's samples just before its PPO update: recomputed with ``model`` when
     ``settings.recompute_old_logprobs`` (``algorithm.recompute_old_logprobs``, the reference's default), else the
@@ -145,7 +145,8 @@ def old_logprobs_for_update(
     Args:
         model: the training model (its current weights are π_old), or a Forward over it. samples: (B,).
         advantages: (B,) or (B, T) float. settings: the update's settings. pad_token_id: the tokenizer's pad id.
-        agree_budget: see :func:`recompute_old_logprobs`.
+        agree_budget: see :func:`recompute_old_logprobs`. world_size: the processes training the model together
+            (required: on several ranks π_old is always a separate recompute).
 
     Returns:
         ``(samples, metrics)``: the samples to update on and the engine/trainer mismatch metrics

@@ -211,11 +211,15 @@ def run_config_path(source: str | Path) -> Path | None:
     """The ``config.yaml`` of the training run ``source`` comes from: a run directory, a checkpoint directory
     ``.../checkpoints/iter_<N>`` or a model folder inside a checkpoint ``.../iter_<N>/models/<key>[/<adapter>]``
     (each checkpoint holds the run's config, :mod:`drmas_train.run.checkpoint`); None for anything else (a model
-    name, an exported folder)."""
+    name, an exported folder, a checkpoint saved without a config: an empty ``config.yaml``)."""
+
+    def written(config: Path) -> bool:
+        return config.is_file() and config.stat().st_size > 0
+
     path = Path(source)
-    if (path / "config.yaml").is_file():
+    if written(path / "config.yaml"):
         return path / "config.yaml"
     for parent in path.parents:
-        if parent.name == "models" and (parent.parent / "config.yaml").is_file():
+        if parent.name == "models" and written(parent.parent / "config.yaml"):
             return parent.parent / "config.yaml"
     return None

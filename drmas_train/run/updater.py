@@ -94,7 +94,7 @@ class LocalUpdater:
             activate(loaded)  # a LoRA adapter on a shared base: its weights, and only its, take gradients
             pad = loaded.tokenizer.pad_token_id
             model_samples, drift = old_logprobs_for_update(  # π_old from the training model, as the reference
-                loaded.model, [samples[i] for i in idx], adv[idx], self.settings, pad_token_id=pad
+                loaded.model, [samples[i] for i in idx], adv[idx], self.settings, pad_token_id=pad, world_size=1
             )
             with opt.resident():  # the AdamW state on the device for the update only (optim.offload)
                 out = ppo_update(loaded.model, opt, model_samples, adv[idx], self.settings, pad_token_id=pad,

@@ -114,7 +114,7 @@ def run(rank: int, world: int, tmp: str) -> None:
         one = rank_settings(model, settings().replace(mini_batches=1))  # as TrainWorker.update does
         hooks = rank_hooks(model, rank=rank, world_size=world, pad_token_id=0)
         recomputed, drift = old_logprobs_for_update(hooks.forward, samples, ADV, one, pad_token_id=0,
-                                                    agree_budget=hooks.agree_budget)  # fmt: skip
+                                                    agree_budget=hooks.agree_budget, world_size=world)  # fmt: skip
         ratios.clear()
         update_mod.policy_loss = spy
         try:

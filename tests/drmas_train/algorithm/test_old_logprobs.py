@@ -128,7 +128,10 @@ def test_reusing_the_update_forward_equals_a_separate_recompute():
     for n in w_sep:
         torch.testing.assert_close(w_own[n], w_sep[n], atol=1e-6, rtol=0)
     assert any(not torch.equal(w_own[n], p) for n, p in base.named_parameters())  # the step moved the weights
-    again, metrics = old_logprobs_for_update(base, samples, adv, settings, pad_token_id=0)
+    again, metrics = old_logprobs_for_update(base, samples, adv, settings, pad_token_id=0, world_size=1)
     assert again == list(samples) and metrics == {}  # the separate forward is skipped
-    _, metrics = old_logprobs_for_update(base, samples, adv, settings.replace(ppo_epochs=2), pad_token_id=0)
+    _, metrics = old_logprobs_for_update(base, samples, adv, settings.replace(ppo_epochs=2), pad_token_id=0,
+                                         world_size=1)
+    _, metrics = old_logprobs_for_update(base, samples, adv, settings, pad_token_id=0, world_size=2)
+    assert metrics["old_logprob_reused"] == 0.0  # several ranks: always a separate recompute
     assert metrics["old_logprob_reused"] == 0.0
