@@ -10,8 +10,12 @@ master weights), in interleaved rounds (a noisy neighbour hits both), one proces
   :func:`drmas_train.algorithm.update.ppo_update` calls it: shared prompts, chunked LM head) of a quickstart-sized
   micro-batch (``--rows`` rows, ``--prompts`` distinct prompts of ``--prompt-tokens``, ``--response-tokens`` each);
 * ``old_logprobs``: the same forward without gradients (a separate π_old recompute);
-* ``prefill`` / ``decode``: the HF engine (:class:`drmas_train.backends.hf.HFBackend`) on ``--gen-rows`` prompts of
-  ``--gen-prompt-tokens``: prefill = a call with 1 new token, decode = the rest of a ``--new-tokens`` call;
+* ``prefill`` / ``decode``: the HF engine (:class:`drmas_train.backends.hf.HFBackend`) on the validation batch's
+  shape: ``--gen-rows`` rows of ``--gen-prompt-tokens``, ``--gen-repeat`` samples of each distinct prompt, the prompts
+  sharing a ``--gen-shared-tokens`` prefix (the template): prefill = a call with 1 new token, decode = the rest of a
+  ``--new-tokens`` call. Prefill FLOPs count every row's prompt, as ``transformers.generate`` computes them; the
+  engine computes a shared prompt once (``engine_prefill_tokens_fed``, accumulated over the calls), so its
+  ``of_peak`` can pass 1;
 * ``transformers_generate``: ``model.generate`` (sampling, KV cache) on the same prompts, side by side;
 * ``drift``: per-token |log p_engine - log p_trainer| (nats) of the engine's sampled tokens, for each (engine,
   trainer) precision pair: what the PPO ratio's first step sees.
@@ -98,6 +102,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--gen-rows", type=int, default=64)
     p.add_argument("--gen-prompt-tokens", type=int, default=300)
     p.add_argument("--new-tokens", type=int, default=40)
+    p.add_argument("--gen-repeat", type=int, default=4, help="samples per distinct prompt (avg@k's k)")
+    p.add_argument("--gen-shared-tokens", type=int, default=200, help="the prompts' common prefix (the template)")
     args = p.parse_args(argv)
 
     import numpy as np
@@ -139,11 +145,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         with _autocast(precision):
             forward_logprobs(model, rows_p, rows_r, pad_token_id=pad, share_prompts=True)
 
-    gen_rows = [[int(t) for t in rng.integers(100, vocab - 1, args.gen_prompt_tokens + i % 7)] for i in range(args.gen_rows)]
+    # the validation batch's shape: --gen-rows rows, --gen-repeat samples of each distinct prompt (avg@k's k), the
+    # prompts sharing a few-shot prefix of --gen-shared-tokens (one template, other questions)
+    shared = rng.integers(100, vocab - 1, args.gen_shared_tokens).tolist()
+    distinct = [shared + rng.integers(100, vocab - 1, args.gen_prompt_tokens - args.gen_shared_tokens + i % 7).tolist()
+                for i in range(args.gen_rows // args.gen_repeat)]  # fmt: skip
+    gen_rows = [p for p in distinct for _ in range(args.gen_repeat)]
     engines = {pr: HFBackend(model, tok, autocast="off" if pr == "float32" else "bf16", seed=0) for pr in PRECISIONS}
 
     def generate(precision: str, new: int) -> list[Any]:
-        return engines[precision].generate_ids(gen_rows, SamplingParams(temperature=0.7, max_new_tokens=new, seed=0))
+        return engines[precision].generate_ids(distinct, SamplingParams(n=args.gen_repeat, temperature=0.7,
+                                                                        max_new_tokens=new, seed=0))  # fmt: skip
 
     width = max(map(len, gen_rows))
     ids = torch.full((len(gen_rows), width), pad, dtype=torch.long)
@@ -178,8 +190,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     update_tokens = args.prompts * args.prompt_tokens + args.rows * args.response_tokens
     fwd_update = (args.prompts * args.prompt_tokens * token_flops(cfg, args.prompt_tokens / 2, False)
                   + args.rows * args.response_tokens * token_flops(cfg, ctx_update, True))  # fmt: skip
-    prefill_tokens = sum(map(len, gen_rows))
+    prefill_tokens = sum(map(len, gen_rows))  # the rows' prompt tokens (what transformers.generate computes)
     fwd_prefill = prefill_tokens * token_flops(cfg, args.gen_prompt_tokens / 2, False) + len(gen_rows) * 2 * d * vocab
+    engine_prefill = {pr: engines[pr].counters["prefill_tokens"] for pr in PRECISIONS}  # what the engine fed
     decode_tokens = {pr: sum(len(g.response_ids) for g in generations[pr]) - len(gen_rows) for pr in PRECISIONS}
     fwd_decode_per_token = token_flops(cfg, args.gen_prompt_tokens + args.new_tokens / 2, True)
 
@@ -220,6 +233,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "speedup_bf16": {s: round(med[s]["float32"] / med[s]["bf16"], 2) for s in med},
         "generate_vs_transformers": {pr: round(med["transformers_generate"][pr] / med["generate"][pr], 2) for pr in PRECISIONS},
         "drift_nats": drift,
+        "engine_prefill_tokens_fed": engine_prefill, "rows_prompt_tokens": prefill_tokens,
         "shapes": {"update": {"rows": args.rows, "prompts": args.prompts, "prompt_tokens": args.prompt_tokens,
                               "response_tokens": args.response_tokens},
                    "generation": {"rows": args.gen_rows, "prompt_tokens": args.gen_prompt_tokens, "new_tokens": args.new_tokens}},
