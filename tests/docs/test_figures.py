@@ -79,3 +79,25 @@ def test_readme_test_count_is_about_the_collected_count():
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     collected = int(re.search(r"(\d+)(?:/\d+)? tests collected", done.stdout)[1])
     assert abs(stated - collected) <= 0.1 * collected, f"README says about {stated}; pytest collects {collected}"
+
+
+def test_quickstart_precision_table_is_the_study():
+    """docs/quickstart.md's float32 vs bf16 table and verdict: what ``benchmarks/learning/precision_study.py`` computes
+    from the two results files."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("precision_study", ROOT / "benchmarks" / "learning" / "precision_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.study()
+    for seed, row in out["per_seed"].items():
+        cells = _row(QUICKSTART, f"{seed} | +")
+        assert cells[1:] == [f"{row['float32']:+.3f}", f"{row['bf16']:+.3f}",
+                             f"{row['bf16_minus_float32']:+.3f}".replace("-", "−").replace("+0.000", "0.000")]  # fmt: skip
+    cells = _row(QUICKSTART, "mean ± SE over seeds")
+    (f, fse), (b, bse) = out["gain"]["float32"], out["gain"]["bf16"]
+    d, dse = out["bf16_minus_float32"]["by_seed"]
+    assert cells[1:] == [_pm(f, fse, sign=True), _pm(b, bse, sign=True), _pm(d, dse, sign=True).replace("-", "−")]
+    t, tse = out["bf16_minus_float32"]["final_by_task"]
+    assert f"bf16 − float32 = {t:+.3f} ± {tse:.3f}" in QUICKSTART
+    assert out["verdict"].startswith("bf16 does not meet the rule") and "**Verdict: bf16 does not meet the rule**" in QUICKSTART
