@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import sys
 
 #: subcommand -> (module, one-line help)
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         print(f"drmas: unknown command {name!r}.{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
+    if not sys.stderr.isatty():  # a log file: the Hugging Face libraries' own bars (loading, saving weights) would
+        # write \r and cursor moves into it; drmas's own progress is line-based there (collect/progress.py)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     module = importlib.import_module(SUBCOMMANDS[name][0])
     return int(module.main(rest) or 0)
 

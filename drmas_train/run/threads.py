@@ -34,8 +34,9 @@ class CpuUse:
 
     Attributes:
         others: cores other processes of this machine kept busy (user, nice, system, irq, softirq time of those
-            cores minus this process's own user + system time).
-        own: cores this process itself used (its threads: imports, data loading) — not "other work".
+            cores minus the user + system time of this process and its descendants).
+        own: cores this process and its descendants used (its threads: imports, data loading; its child processes:
+            e.g. the math envs' grading workers starting) — not "other work".
         steal: cores the hypervisor gave to other virtual machines (``steal`` time): it slows this run, but no
             process here causes it, so it is reported and never counted as other processes.
         interval_s: the window's length, in seconds.
@@ -77,27 +78,44 @@ def _busy(t) -> float:
     return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
 
 
+def _family_seconds(me) -> dict[int, float]:
+    """``pid -> user + system CPU seconds`` of ``me`` (a ``psutil.Process``) and its living descendants."""
+    import psutil
+
+    out = {}
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # exited meanwhile
+            continue
+        out[proc.pid] = t.user + t.system
+    return out
+
+
 def cpu_use(interval_s: float = 0.5) -> CpuUse:
     """What other processes keep busy right now on the cores this process may run on: system CPU times
     (``psutil.cpu_times(percpu=True)``, i.e. ``/proc/stat``) and this process's own times
     (``psutil.Process().cpu_times()``) read before and after ``interval_s`` seconds of sleep.
 
     Unlike the 1-minute load average, a process that finished a few seconds ago (the set-up's pip) no longer counts;
-    unlike ``psutil.cpu_percent``, neither this process's own threads nor the hypervisor's steal time count as
-    other processes.
+    unlike ``psutil.cpu_percent``, neither this process's own threads, nor its child processes, nor the hypervisor's
+    steal time count as other processes.
     """
     import psutil
 
     me = psutil.Process()
-    per_cpu0, own0, t0 = psutil.cpu_times(percpu=True), me.cpu_times(), time.monotonic()
+    per_cpu0, own0, t0 = psutil.cpu_times(percpu=True), _family_seconds(me), time.monotonic()
     time.sleep(interval_s)
-    per_cpu1, own1, t1 = psutil.cpu_times(percpu=True), me.cpu_times(), time.monotonic()
+    per_cpu1, own1, t1 = psutil.cpu_times(percpu=True), _family_seconds(me), time.monotonic()
     mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(len(per_cpu1))
     idx = [i for i in mine if i < min(len(per_cpu0), len(per_cpu1))]
     elapsed = max(t1 - t0, 1e-6)
     busy = sum(_busy(per_cpu1[i]) - _busy(per_cpu0[i]) for i in idx)
     steal = sum(getattr(per_cpu1[i], "steal", 0.0) - getattr(per_cpu0[i], "steal", 0.0) for i in idx)
-    own = (own1.user + own1.system) - (own0.user + own0.system)
+    # this process and its descendants (e.g. the math envs' grading workers, spawned and importing as the run
+    # starts): the run's own work, not other processes'. A child that exits within the window takes its time with it.
+    own = sum(own1.get(pid, 0.0) - before for pid, before in own0.items() if pid in own1)
+    own += sum(v for pid, v in own1.items() if pid not in own0)
     return CpuUse(others=max(busy - own, 0.0) / elapsed, own=max(own, 0.0) / elapsed,
                   steal=max(steal, 0.0) / elapsed, interval_s=interval_s)  # fmt: skip
 

@@ -5,6 +5,7 @@ purpose (training rollout, validation, eval), the step, the model and the number
 from __future__ import annotations
 
 import inspect
+import os
 import re
 
 import pytest
@@ -137,3 +138,19 @@ def test_cli_progress_written_to_a_file_has_no_carriage_returns(tmp_path):
     text = (tmp_path / "log").read_text()
     assert "\r" not in text and "\x1b[" not in text
     assert re.match(r"eval oracle: episodes done: 100%\|#+\| 100/100 \[", text.splitlines()[-1]), text
+
+
+@pytest.mark.slow  # loads SmolLM2 (from_pretrained draws transformers' "Loading weights" bar on a terminal)
+def test_the_hugging_face_bars_stay_out_of_a_log(tmp_path):
+    """drmas <command> 2> log: transformers' own bars (loading, saving weights) are off when stderr is not a terminal."""
+    import subprocess
+    import sys
+
+    argv = ["-m", "drmas_train.cli", "play", "--env", "math-solver-v0", "--policy", "llm", "--model",
+            "smollm2-135m-instruct", "--max-new-tokens", "2"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"} | {"HF_HUB_OFFLINE": "1"}
+    with (tmp_path / "log").open("w") as log:
+        done = subprocess.run([sys.executable, *argv], stderr=log, stdout=subprocess.DEVNULL, timeout=300, env=env)
+    text = (tmp_path / "log").read_text()
+    assert done.returncode == 0, text[-2000:]
+    assert "Loading weights" not in text and "\r" not in text and "\x1b[" not in text, text[-2000:]
