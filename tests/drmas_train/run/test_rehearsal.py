@@ -16,6 +16,7 @@ import dataclasses
 import json
 
 import pytest
+import torch
 
 from drmas_train.run.config import list_presets, load_config
 from drmas_train.run.rehearsal import rehearsal_config, rehearse, stand_in
@@ -114,6 +115,10 @@ def test_full_rehearsal(name, tmp_path):
                              for p in precision.values()), precision  # fmt: skip
     moved = [f for p in precision.values() for f in p["update_changed_frac"] if f is not None and f == f]
     assert moved and min(moved) > 0.9, precision  # every update moved the weights that had a gradient
+    from drmas_train.run.checkpoint import saved_model_weights
+
+    exported = saved_model_weights(verdict["stages"][2]["path"])  # the checkpoint's exported models: the masters
+    assert exported and {t.dtype for t in exported.values()} == {torch.float32}
     if name.endswith("_dist"):  # memory per rank is part of the verdict
         assert set(verdict["memory"]["rank_peak_rss_mb"]) == set(load_config(name).models)
     if "search" in name:  # the searches reached the stand-in of the reference's server, one query per request
