@@ -53,6 +53,15 @@ MIN_SPEEDUP = 1.2
 _log = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=1)
+def _proc_cpuinfo() -> str:
+    """``/proc/cpuinfo``, read once per process (every autocast resolution of a float32 model asks for the ISA)."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
 def cpu_bf16_isa(cpuinfo: str | None = None) -> str | None:
     """The bf16 matmul instructions this CPU has: ``"amx_bf16"``, ``"avx512_bf16"`` or None.
 
@@ -60,10 +69,7 @@ def cpu_bf16_isa(cpuinfo: str | None = None) -> str | None:
     (``"AMX"`` in :func:`torch.backends.cpu.get_cpu_capability`) where there is no ``/proc`` (macOS, Windows).
     """
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
+        cpuinfo = _proc_cpuinfo()
     flags = set()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):

@@ -309,7 +309,7 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
             if peaks:
                 verdict["memory"]["rank_peak_rss_mb"] = peaks
             row["precision"] = _precision_rows(cfg, rows)
-            stalled = {r["iteration"]: stalled_updates(r) for r in rows if stalled_updates(r)}
+            stalled = {r["iteration"]: s for r in rows if (s := stalled_updates(r))}
             if stalled:
                 raise RuntimeError(f"updates with a non-zero gradient left the weights (nearly) unchanged: {stalled} "
                                    "(iteration -> model -> share of the weights with a gradient that changed); "
@@ -341,20 +341,15 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
 def _precision_rows(cfg: TrainConfig, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per trained model: its compute dtype, the dtype of its trained weights, and each iteration's update size
     (``update_rel``) and share of weights with a gradient that changed (``update_changed_frac``)."""
-    out = {}
-    for key, m in cfg.models.items():
-        if not m.trainable:
-            continue
-        ids = [mid for mid in dict.fromkeys(cfg.agents.values()) if mid.split(":")[0] == key]
-        for mid in ids:
-            lora = m.lora is not None or bool(m.adapters)
-            out[mid] = {
-                "compute_dtype": m.dtype,
-                "trained_weights_dtype": "float32" if lora or cfg.optim.master_dtype == "float32" else m.dtype,
-                "update_rel": [r.get(f"loss/{mid}/update_rel") for r in rows],
-                "update_changed_frac": [r.get(f"loss/{mid}/update_changed_frac") for r in rows],
-            }
-    return out
+    from drmas_train.run.trainer import model_specs
+
+    trained = {s.model_id: s for s in model_specs(cfg).values() if s.trainable}  # the specs the run loaded
+    return {mid: {"compute_dtype": spec.dtype,
+                  # LoRA trains PEFT's float32 adapters; full weights are held as ModelSpec.weights_dtype() says
+                  "trained_weights_dtype": "float32" if spec.lora else spec.weights_dtype(),
+                  "update_rel": [r.get(f"loss/{mid}/update_rel") for r in rows],
+                  "update_changed_frac": [r.get(f"loss/{mid}/update_changed_frac") for r in rows]}
+            for mid, spec in trained.items()}  # fmt: skip
 
 
 def _eval_checkpoint(workdir: Path, cfg: TrainConfig, ckpt: Path) -> dict[str, Any]:
