@@ -12,10 +12,15 @@ Sides:
   fused AdamW), ``--micro-batch-tokens`` per forward/backward;
 * ``drmas-plain``: the same update on the previous path (full logits, no prompt sharing, for-loop AdamW), to
   show what the lean update buys;
-* ``trl``: ``GRPOTrainer`` with its defaults (gradient checkpointing on, DAPO loss, beta 0) except ``bf16=False``
-  (both sides float32; TRL's bf16 default would emulate bf16 on a CPU without AMX) and the completions supplied
-  by a ``rollout_func`` that returns the prepared ones (no generation is timed);
+* ``trl``: ``GRPOTrainer`` with its defaults (gradient checkpointing on, DAPO loss, beta 0) except ``bf16``, which
+  follows ``--precision``, and the completions supplied by a ``rollout_func`` that returns the prepared ones (no
+  generation is timed);
 * ``trl-nogc``: the same with ``gradient_checkpointing=False``.
+
+Precision (``--precision``), the same on both sides: ``float32`` (float32 weights and compute; TRL ``bf16=False``) or
+``bf16`` (float32 master weights and AdamW state, forward and backward under ``torch.autocast(dtype=bfloat16)``:
+drmas ``optim.autocast=bf16``, TRL ``bf16=True``, which on a CPU is accelerate's bf16 autocast). bf16 is native on a
+CPU with AVX512-BF16 or AMX (``drmas_train.model.precision.cpu_bf16_isa``) and emulated, hence slower, elsewhere.
 
 Advantage modes: ``nonzero`` gives every completion a distinct random reward (every advantage non-zero: like for
 like, nobody can skip work); ``real`` grades the completions (math-verify), so most groups may have equal rewards
@@ -134,7 +139,8 @@ def worker_drmas(args: argparse.Namespace, data: dict, plain: bool) -> dict:
                                     traj_uid=[x.traj_uid for x in samples], turn=[0] * len(samples))  # fmt: skip
         t0, c0 = time.perf_counter(), time.process_time()
         settings = UpdateSettings.defaults(micro_batch_tokens=args.micro_batch_tokens,
-                                           activation_checkpointing=args.activation_checkpointing, **fast)  # fmt: skip
+                                           activation_checkpointing=args.activation_checkpointing,
+                                           autocast="bf16" if args.precision == "bf16" else "off", **fast)  # fmt: skip
         ppo_update(model, opt, samples, adv, settings, pad_token_id=data["pad_token_id"], seed=s)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
@@ -191,15 +197,16 @@ def worker_trl(args: argparse.Namespace, data: dict, checkpointing: bool) -> dic
         config = GRPOConfig(
             output_dir=tmp, per_device_train_batch_size=args.batch * args.group, num_generations=args.group,
             max_completion_length=args.max_new_tokens, learning_rate=1e-6, max_steps=len(data["steps"]),
-            gradient_checkpointing=checkpointing, bf16=False, use_cpu=True, shuffle_dataset=False, report_to=[],
+            gradient_checkpointing=checkpointing, bf16=args.precision == "bf16", use_cpu=True, shuffle_dataset=False, report_to=[],
             save_strategy="no", logging_steps=1, disable_tqdm=True, seed=0, dataloader_num_workers=0,
         )  # fmt: skip
         trainer = GRPOTrainer(model=loaded.model, reward_funcs=[reward], args=config,
                               train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=loaded.tokenizer,
                               rollout_func=rollout_func, callbacks=[Timer()])  # fmt: skip
         trainer.train()
+        mixed = str(trainer.accelerator.mixed_precision)  # "bf16" when TRL runs under bf16 autocast, else "no"
     tokens = [sum(len(r["prompt_ids"]) + len(r["completion_ids"]) for r in rows) for rows in data["steps"]]
-    return {"step_s": times, "cpu_s": cpu, "tokens": tokens}
+    return {"step_s": times, "cpu_s": cpu, "tokens": tokens, "mixed_precision": mixed}
 
 
 def run_worker(args: argparse.Namespace) -> None:
@@ -227,6 +234,7 @@ def _summary(runs: list[dict], warmup: int) -> dict:
         "peak_rss_gb": round(statistics.median(r["peak_rss_gb"] for r in runs), 3),
         "tokens_per_s_rounds": [round(x, 2) for x in per_round_tps],
         "tokens_per_step": runs[0]["tokens"][warmup:],
+        **({"mixed_precision": runs[0]["mixed_precision"]} if "mixed_precision" in runs[0] else {}),
     }
 
 
@@ -245,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch-tokens", default="2048", help="drmas token budget per micro-batch or 'auto'; "
                         "a comma-separated list runs the drmas side once per value (sides drmas@<value>)")  # fmt: skip
     parser.add_argument("--activation-checkpointing", type=int, default=0, help="drmas: checkpoint every k-th layer")
+    parser.add_argument("--precision", choices=("float32", "bf16"), default="float32",
+                        help="both sides: float32, or float32 masters with bf16 autocast (drmas optim.autocast=bf16, "
+                             "TRL bf16=True)")  # fmt: skip
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--out", default=None, help="also write the JSON here")
@@ -278,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TRL_EXPERIMENTAL_SILENCE": "1"}
     common = [sys.executable, __file__, "--model", args.model, "--batch", str(args.batch), "--group", str(args.group),
               "--max-new-tokens", str(args.max_new_tokens), "--warmup", str(args.warmup), "--steps", str(args.steps),
-              "--threads", str(args.threads), "--activation-checkpointing", str(args.activation_checkpointing)]  # fmt: skip
+              "--threads", str(args.threads), "--activation-checkpointing", str(args.activation_checkpointing),
+              "--precision", args.precision]  # fmt: skip
     runs_of = []  # (label, side, budget)
     for side in sides:
         if side.startswith("drmas") and len(budgets) > 1:
