@@ -46,10 +46,10 @@ class AlgorithmConfig:
     """Advantage estimator and PPO loss (defaults: the Dr. MAS / verl reference)."""
 
     estimator: str = "drmas"
-    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` | ``rloo`` | ``reinforce_pp`` | ``reinforce_pp_baseline``
-    | ``grpo_passk`` | ``gigpo`` | ``remax`` | ``gae`` (:mod:`drmas_train.algorithm.advantages`; ``remax`` plays one
-    extra greedy episode per task each iteration for its baseline; ``gae`` is PPO with a critic, configured in the
-    ``critic`` section)."""
+    """a name registered in :data:`drmas_train.algorithm.advantages.ESTIMATORS` (``drmas_train.list_estimators()``
+    lists them; :mod:`drmas_train.algorithm.advantages` describes each; a name not registered is refused with the
+    accepted ones). ``remax`` plays one extra greedy episode per task each iteration for its baseline; ``gae`` is PPO
+    with a critic, configured in the ``critic`` section."""
     grouping: str | None = None
     """which calls share a baseline (the normalisation matrix's first axis, docs/advantages.md): null (the
     estimator's own) | ``prompt`` (trajectories per prompt group) | ``prompt_call`` (calls per prompt group) |
