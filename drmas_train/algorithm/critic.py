@@ -89,7 +89,9 @@ def critic_of(keys: Mapping[str, str], samples: Sequence[Sample]) -> dict[str, l
 def _value_budget(
     critic: Any, samples: Sequence[Sample], settings: UpdateSettings, hooks: UpdateHooks
 ) -> int:
-    return micro_batch_budget(critic, samples, settings, hooks, probe=forward_values)
+    """The critic's micro-batch budget (:func:`micro_batch_budget`), measured in training mode."""
+    critic.train()
+    return micro_batch_budget(hooks.forward.module, samples, settings, agree=hooks.agree_budget, probe=forward_values)
 
 
 def shares_value_prompts(critic: Any, settings: UpdateSettings) -> bool:
