@@ -246,11 +246,13 @@ def register_estimator(
     its grouping. One function may be registered under several names and groupings (:data:`GRPO_FAMILY`).
 
     Args:
-        summary: the registered estimator's first docstring line; None keeps ``fn``'s docstring whole.
+        summary: for a function registered under several names: the registered estimator's first docstring line,
+            and it is named ``name`` (so it must be bound to the module attribute ``name``, which pickling looks up).
+            None (the decorator form, which rebinds ``fn``'s own name): ``fn``'s name and docstring are kept.
 
     Returns:
-        The decorator; it returns the registered estimator (named ``name``; ``inspect.signature`` gives ``fn``'s
-        parameters with ``grouping=None``).
+        The decorator; it returns the registered estimator (``inspect.signature`` gives ``fn``'s parameters with
+        ``grouping=None``).
 
     Raises:
         ValueError: ``name`` is already registered, or ``grouping`` is not one of :data:`GROUPINGS` / None.
@@ -273,8 +275,8 @@ def register_estimator(
             parameters=[p.replace(default=None, annotation="str | None") if p.name == "grouping" else p
                         for p in sig.parameters.values()]
         )
-        estimator.__name__ = estimator.__qualname__ = name
-        if summary is not None:
+        if summary is not None:  # one function under several names: each is the module's attribute ``name``
+            estimator.__name__ = estimator.__qualname__ = name
             estimator.__doc__ = (f"{summary}\n\n:func:`{fn.__name__}` with ``grouping=None`` meaning {grouping!r}; "
                                  f"its arguments, returns and errors.")  # fmt: skip
         ESTIMATORS[name] = estimator

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import ast
+import inspect
+import pickle
 import re
 from pathlib import Path
 
@@ -66,6 +68,12 @@ def test_the_grpo_family_is_one_function_registered_under_its_groupings():
     for name, (grouping, _) in GRPO_FAMILY.items():
         assert ESTIMATORS[name].__wrapped__ is fn and ESTIMATORS[name].__name__ == name
         assert DEFAULT_GROUPING[name] == grouping
+        assert inspect.signature(ESTIMATORS[name]).parameters["grouping"].default is None
+
+
+def test_every_registered_estimator_pickles_by_reference():  # e.g. to a Ray worker
+    for name, fn in ESTIMATORS.items():
+        assert pickle.loads(pickle.dumps(fn)) is fn, name
 
 
 def test_a_doc_list_that_disagrees_is_caught():
