@@ -12,7 +12,8 @@ inputs are (B,) arrays (or sequences); ``scores`` are floats, the id columns hol
 **Grouping** is its own axis (:mod:`drmas_train.algorithm.grouping`): every group-baseline estimator takes
 ``grouping=`` — ``"prompt"`` (units are trajectories, GRPO-style), ``"prompt_call"`` (calls, all agents pooled),
 ``"prompt_agent"`` (calls per agent, Dr. MAS) or ``"prompt_agent_turn"`` (calls per agent and turn, AT-GRPO) —
-or ``None`` for its own default. So ``drmas`` is ``grpo`` with ``grouping="prompt_agent"`` and
+or ``None`` for its own default, written once, where it is registered (:func:`register_estimator`,
+:data:`DEFAULT_GROUPING`). So ``drmas`` is ``grpo`` with ``grouping="prompt_agent"`` (both :func:`group_normalised`) and
 ``rloo(..., grouping="prompt_agent")`` is RLOO with a baseline per agent. **Units** are the second axis: ``units=``
 ``"trajectory"`` or ``"call"`` (``None``: the grouping's own), so ``grouping="prompt_agent", units="trajectory"``
 is per-agent grouping over trajectory units (each trajectory's calls of an agent averaged into one unit), the
@@ -21,9 +22,10 @@ cell of Dr. MAS's 2 x 2 that Eq. (5) skips (docs/advantages.md).
 The estimators, with their default grouping and the advantage of a unit of value ``v`` in a group of ``n`` units
 with mean ``m`` and std ``s`` (reference = ``verl/trainer/ppo/core_algos.py``):
 
-* ``grpo`` (``prompt``): ``(v - m) / (s + eps)``; Dr. MAS arXiv 2602.08847 Eq. (3); reference :497-569.
-* ``drmas`` (``prompt_agent``), ``grpo_step`` (``prompt_call``), ``per_turn`` (``prompt_agent_turn``): ``grpo``
-  under another grouping; Dr. MAS Eq. (5), the global step-level ablation, AT-GRPO (arXiv 2510.11062).
+* ``grpo`` (``prompt``), ``drmas`` (``prompt_agent``), ``grpo_step`` (``prompt_call``), ``per_turn``
+  (``prompt_agent_turn``): one estimator, :func:`group_normalised`, ``(v - m) / (s + eps)``, registered under four
+  default groupings (:data:`GRPO_FAMILY`); Dr. MAS arXiv 2602.08847 Eq. (3) (``grpo``) and Eq. (5) (``drmas``),
+  the global step-level ablation, AT-GRPO (arXiv 2510.11062); reference :497-569.
 * ``rloo`` (``prompt``): ``(v - m) n / (n - 1)``, the leave-one-out baseline; arXiv 2402.14740; reference :680-721.
 * ``reinforce_pp_baseline`` (``prompt``): ``v - m``, then whitened over the batch's tokens; arXiv 2501.03262;
   reference :634-677.
@@ -91,6 +93,7 @@ Conventions (decided here, pinned by tests/drmas_train/algorithm/test_advantages
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import warnings
 from collections.abc import Callable, Sequence
@@ -142,6 +145,8 @@ __all__ = [
     "env_rounds",
     "step_discounted_returns",
     "greedy_baseline",
+    "group_normalised",
+    "GRPO_FAMILY",
     "grpo",
     "drmas",
     "grpo_step",
@@ -232,10 +237,22 @@ DEFAULT_GROUPING: dict[str, str | None] = {}
 
 
 def register_estimator(
-    name: str, *, grouping: str | None = None
-) -> Callable[[AdvantageEstimator], AdvantageEstimator]:
-    """Decorator adding an estimator to :data:`ESTIMATORS` under ``name`` (``grouping``: its default grouping, or
-    ``None`` for an estimator without groups).
+    name: str, *, grouping: str | None = None, summary: str | None = None
+) -> Callable[[Callable[..., np.ndarray]], AdvantageEstimator]:
+    """Decorator registering ``fn`` in :data:`ESTIMATORS` as ``name`` with its default ``grouping`` (one of
+    :data:`GROUPINGS`, or ``None`` for an estimator without groups), the one place that default is written.
+
+    The registered estimator is ``fn`` with ``grouping=None`` replaced by the default, so ``fn`` is always given
+    its grouping. One function may be registered under several names and groupings (:data:`GRPO_FAMILY`).
+
+    Args:
+        summary: for a function registered under several names: the registered estimator's first docstring line,
+            and it is named ``name`` (so it must be bound to the module attribute ``name``, which pickling looks up).
+            None (the decorator form, which rebinds ``fn``'s own name): ``fn``'s name and docstring are kept.
+
+    Returns:
+        The decorator; it returns the registered estimator (``inspect.signature`` gives ``fn``'s parameters with
+        ``grouping=None``).
 
     Raises:
         ValueError: ``name`` is already registered, or ``grouping`` is not one of :data:`GROUPINGS` / None.
@@ -243,12 +260,28 @@ def register_estimator(
     if grouping is not None:
         check_grouping(grouping, grouping)
 
-    def deco(fn: AdvantageEstimator) -> AdvantageEstimator:
+    def deco(fn: Callable[..., np.ndarray]) -> AdvantageEstimator:
         if name in ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
+
+        @functools.wraps(fn)
+        def estimator(scores, **columns):
+            if columns.get("grouping") is None:
+                columns["grouping"] = grouping
+            return fn(scores, **columns)
+
+        sig = inspect.signature(fn)
+        estimator.__signature__ = sig.replace(  # type: ignore[attr-defined]
+            parameters=[p.replace(default=None, annotation="str | None") if p.name == "grouping" else p
+                        for p in sig.parameters.values()]
+        )
+        if summary is not None:  # one function under several names: each is the module's attribute ``name``
+            estimator.__name__ = estimator.__qualname__ = name
+            estimator.__doc__ = (f"{summary}\n\n:func:`{fn.__name__}` with ``grouping=None`` meaning {grouping!r}; "
+                                 f"its arguments, returns and errors.")  # fmt: skip
+        ESTIMATORS[name] = estimator
         DEFAULT_GROUPING[name] = grouping
-        return fn
+        return estimator
 
     return deco
 
@@ -435,50 +468,43 @@ def _token_weight(token_count, n: int) -> np.ndarray:
 # ---------------------------------------------------------------- GRPO family
 
 
-def _group_normalised(default, scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps, unbiased,
-                      singleton, scale=None):  # fmt: skip
-    s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn)
-    _check_singleton(singleton)
-    resolve_scale(scale, norm_by_std)  # bad scales fail before any work
-    u = group_units(
-        check_grouping(grouping, default), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
-        units=units,
-    )
-    adv = normalize_in_groups(u.value, u.group, valid=u.valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased,
-                              singleton=singleton, scale=scale)  # fmt: skip
-    return u.to_rows(adv, valid)
-
-
-@register_estimator("grpo", grouping="prompt")
-def grpo(
-    scores,
+def group_normalised(
+    scores: Sequence[float] | np.ndarray,
     *,
-    uid,
-    agent_id,
-    traj_uid=None,
-    turn=None,
-    mask=None,
-    grouping=None,
-    units=None,
-    norm_by_std=NORM_BY_STD,
-    eps=EPS,
-    unbiased=UNBIASED,
-    singleton=SINGLETON,    scale=None,
-):
-    """Vanilla GRPO over trajectories (the Dr. MAS paper's baseline, arXiv 2602.08847 Eq. (3);
-    ``verl/trainer/ppo/core_algos.py:497-569``).
+    uid: Sequence[Any] | np.ndarray,
+    agent_id: Sequence[Any] | np.ndarray,
+    traj_uid: Sequence[Any] | np.ndarray | None = None,
+    turn: Sequence[int] | np.ndarray | None = None,
+    mask: Sequence[bool] | np.ndarray | None = None,
+    grouping: str,
+    units: str | None = None,
+    norm_by_std: bool = NORM_BY_STD,
+    eps: float = EPS,
+    unbiased: bool = UNBIASED,
+    singleton: str = SINGLETON,
+    scale: str | None = None,
+) -> np.ndarray:
+    """The GRPO family's one estimator: ``A = (v - m) / (s + eps)`` for each unit of value ``v`` in a group of mean
+    ``m`` and std ``s`` (GRPO's advantage, Dr. MAS arXiv 2602.08847 Eqs. (3) and (5);
+    ``verl/trainer/ppo/core_algos.py:497-569``), under any cell of the normalisation matrix (docs/advantages.md).
 
-    Per prompt group ``uid``, each trajectory's score is the mean of its valid calls' scores; trajectories are
-    normalised over the G trajectories of the group; every call gets its trajectory's advantage.
+    It is registered under four names, one per default grouping (:data:`GRPO_FAMILY`): ``grpo`` (``prompt``: each
+    trajectory's valid calls averaged into one unit, normalised over the G trajectories of the prompt group, every
+    call getting its trajectory's advantage), ``drmas`` (``prompt_agent``: all calls of agent k in a prompt group
+    pooled, each keeping its own score, the reference's ``group_by_agent_id``, ``verl/trainer/ppo/ray_trainer.py:
+    269-271``), ``grpo_step`` (``prompt_call``: all calls of all agents of a prompt group pooled) and ``per_turn``
+    (``prompt_agent_turn``, AT-GRPO). With a single agent ``drmas`` equals ``grpo_step``.
 
     Args:
-        scores: (B,) per-call scores. uid, agent_id, traj_uid: (B,) ids (``traj_uid`` needed by ``prompt``).
-        turn: (B,) the agent's own call index, needed by ``grouping="prompt_agent_turn"``.
+        scores: (B,) per-call scores. uid, agent_id, traj_uid: (B,) ids (``traj_uid`` needed by trajectory units).
+        turn: (B,) the agent's own call index (``Sample.agent_turn``), needed by ``grouping="prompt_agent_turn"``.
         mask: (B,) bool, rows to include (False = padding, A = 0).
-        grouping: one of :data:`GROUPINGS`, or None for ``"prompt"``.
+        grouping: one of :data:`GROUPINGS` (a registered name's ``grouping=None`` is its :data:`DEFAULT_GROUPING`).
         units: ``"trajectory"`` or ``"call"`` (:data:`UNITS`), or None for the grouping's own
             (:func:`drmas_train.algorithm.grouping.resolve_units`): ``grouping="prompt_agent", units="trajectory"``
             averages each trajectory's calls of an agent into one unit.
+        norm_by_std, eps, unbiased: the older spelling of the scale (see ``scale``), the constant added to the std,
+            and n-1 (True) or n in the std.
         singleton: ``"raw"`` (default, the reference) or ``"zero"``, see the module doc.
         scale: one of :data:`SCALES` (what ``v - m`` is divided by, :func:`normalize_in_groups`), or None:
             ``"std"``, or ``"mean"`` when ``norm_by_std=False``.
@@ -491,89 +517,31 @@ def grpo(
             ``singleton`` or ``scale``, units the grouping does not accept, or ``norm_by_std=False`` with a scale
             other than ``"mean"``.
     """
-    return _group_normalised("prompt", scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps,
-                             unbiased, singleton, scale)  # fmt: skip
+    s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn)
+    _check_singleton(singleton)
+    resolve_scale(scale, norm_by_std)  # bad scales fail before any work
+    u = group_units(grouping, s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn, units=units)
+    adv = normalize_in_groups(u.value, u.group, valid=u.valid, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased,
+                              singleton=singleton, scale=scale)  # fmt: skip
+    return u.to_rows(adv, valid)
 
 
-@register_estimator("drmas", grouping="prompt_agent")
-def drmas(
-    scores,
-    *,
-    uid,
-    agent_id,
-    traj_uid=None,
-    turn=None,
-    mask=None,
-    grouping=None,
-    units=None,
-    norm_by_std=NORM_BY_STD,
-    eps=EPS,
-    unbiased=UNBIASED,
-    singleton=SINGLETON,    scale=None,
-):
-    """Dr. MAS agent-wise normalisation (arXiv 2602.08847, Eq. (5)): :func:`grpo` with ``grouping="prompt_agent"``.
-
-    All calls of agent k in prompt group ``uid`` (all turns, all G rollouts) are pooled; each keeps its own score:
-    ``A = (s - mu_{uid,k}) / (sigma_{uid,k} + eps)`` (the reference's ``group_by_agent_id``,
-    ``verl/trainer/ppo/ray_trainer.py:269-271``). With a single agent this equals :func:`grpo_step`.
-
-    Args/Returns/Raises: as :func:`grpo` (``grouping=None`` means ``"prompt_agent"``).
-    """
-    return _group_normalised("prompt_agent", scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps,
-                             unbiased, singleton, scale)  # fmt: skip
-
-
-@register_estimator("grpo_step", grouping="prompt_call")
-def grpo_step(
-    scores,
-    *,
-    uid,
-    agent_id,
-    traj_uid=None,
-    turn=None,
-    mask=None,
-    grouping=None,
-    units=None,
-    norm_by_std=NORM_BY_STD,
-    eps=EPS,
-    unbiased=UNBIASED,
-    singleton=SINGLETON,    scale=None,
-):
-    """Global step-level GRPO: :func:`grpo` with ``grouping="prompt_call"`` (per ``uid``, all calls of all agents
-    pooled, each keeping its own score).
-
-    The ablation between :func:`grpo` (per trajectory) and :func:`drmas` (per agent): same unit as ``drmas``
-    (one call) but the global group of ``grpo``. Args/Returns/Raises: as :func:`grpo`.
-    """
-    return _group_normalised("prompt_call", scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std, eps,
-                             unbiased, singleton, scale)  # fmt: skip
-
-
-@register_estimator("per_turn", grouping="prompt_agent_turn")
-def per_turn(
-    scores,
-    *,
-    uid,
-    agent_id,
-    traj_uid=None,
-    turn=None,
-    mask=None,
-    grouping=None,
-    units=None,
-    norm_by_std=NORM_BY_STD,
-    eps=EPS,
-    unbiased=UNBIASED,
-    singleton=SINGLETON,    scale=None,
-):
-    """Per (``uid``, ``agent_id``, ``turn``) groups, as AT-GRPO (arXiv 2510.11062): :func:`grpo` with
-    ``grouping="prompt_agent_turn"``.
-
-    ``turn`` should be the agent's own call index (``Sample.agent_turn``), so the group of "the solver's 2nd
-    answer" pools that call across the G rollouts. Args/Returns/Raises: as :func:`grpo` (``turn`` required).
-    """
-    return _group_normalised("prompt_agent_turn", scores, uid, agent_id, traj_uid, turn, mask, grouping, units, norm_by_std,
-                             eps, unbiased, singleton, scale)  # fmt: skip
-
+#: The GRPO family: registered name -> (its default grouping, what it is). Each is :func:`group_normalised` under
+#: that grouping (docs/advantages.md: the 2 x 2 of Dr. MAS's Eq. (5), plus AT-GRPO's per-turn key).
+GRPO_FAMILY: dict[str, tuple[str, str]] = {
+    "grpo": ("prompt", "Vanilla GRPO over trajectories, the Dr. MAS paper's baseline (arXiv 2602.08847 Eq. (3); "
+                       "``verl/trainer/ppo/core_algos.py:497-569``)."),
+    "drmas": ("prompt_agent", "Dr. MAS agent-wise normalisation (arXiv 2602.08847 Eq. (5); the reference's "
+                              "``group_by_agent_id``, ``verl/trainer/ppo/ray_trainer.py:269-271``)."),
+    "grpo_step": ("prompt_call", "Global step-level GRPO: per ``uid``, all calls of all agents pooled, each keeping "
+                                 "its own score (the ablation between ``grpo`` and ``drmas``)."),
+    "per_turn": ("prompt_agent_turn", "Per (``uid``, ``agent_id``, ``turn``) groups, as AT-GRPO (arXiv 2510.11062); "
+                                      "``turn`` is required."),
+}  # fmt: skip
+for _name, (_grouping, _summary) in GRPO_FAMILY.items():
+    register_estimator(_name, grouping=_grouping, summary=_summary)(group_normalised)
+grpo, drmas, grpo_step, per_turn = (ESTIMATORS[_name] for _name in GRPO_FAMILY)
+del _name, _grouping, _summary
 
 # ---------------------------------------------------------------- RLOO, REINFORCE++, pass@k
 
@@ -612,7 +580,7 @@ def rloo(
     s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn)
     _check_singleton(singleton)
     u = group_units(
-        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        grouping, s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
         units=units,
     )
     count, mean, std = group_stats(u.value, u.group, unbiased=unbiased, weight=u.valid)
@@ -667,7 +635,7 @@ def reinforce_pp_baseline(
     _check_singleton(singleton)
     w = _token_weight(token_count, len(s))
     u = group_units(
-        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        grouping, s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
         units=units,
     )
     count, mean, std = group_stats(u.value, u.group, unbiased=unbiased, weight=u.valid)
@@ -763,7 +731,7 @@ def grpo_passk(
     s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn)
     sc = resolve_scale(scale, norm_by_std)
     u = group_units(
-        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        grouping, s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
         units=units,
     )
     count, mean, std = group_stats(u.value, u.group, unbiased=unbiased, weight=u.valid)
@@ -946,10 +914,10 @@ def gigpo(
         raise ValueError("gigpo needs 'anchor' (a (B,) column of each call's anchor state), got None")
     s, valid = _prepare(scores, mask, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn, anchor=anchor,
                         step_rewards=step_rewards)  # fmt: skip
-    g = check_grouping(grouping, "prompt")
-    episode = _group_normalised(
-        g, s, uid, agent_id, traj_uid, turn, valid, None, units, norm_by_std, eps, unbiased, singleton, scale
-    )
+    g = check_grouping(grouping, grouping)
+    episode = group_normalised(s, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn, mask=valid, grouping=g,
+                               units=units, norm_by_std=norm_by_std, eps=eps, unbiased=unbiased, singleton=singleton,
+                               scale=scale)  # fmt: skip
     r = s if step_rewards is None else check_scores(step_rewards)
     step_valid = valid & np.isfinite(r)
     key = group_index(*group_key(g, uid=uid, agent_id=agent_id, turn=turn))
@@ -1061,7 +1029,7 @@ def remax(
         )
     valid &= np.isfinite(b)
     u = group_units(
-        check_grouping(grouping, "prompt"), s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
+        grouping, s, valid, uid=uid, agent_id=agent_id, traj_uid=traj_uid, turn=turn,
         units=units,
     )
     _, unit_b, _ = group_stats(

@@ -8,8 +8,9 @@ restate none of them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 from drmas_train.algorithm.advantages import (
     DEFAULT_GROUPING,
@@ -46,10 +47,10 @@ class AlgorithmConfig:
     """Advantage estimator and PPO loss (defaults: the Dr. MAS / verl reference)."""
 
     estimator: str = "drmas"
-    """``drmas`` | ``grpo`` | ``grpo_step`` | ``per_turn`` | ``rloo`` | ``reinforce_pp`` | ``reinforce_pp_baseline``
-    | ``grpo_passk`` | ``gigpo`` | ``remax`` | ``gae`` (:mod:`drmas_train.algorithm.advantages`; ``remax`` plays one
-    extra greedy episode per task each iteration for its baseline; ``gae`` is PPO with a critic, configured in the
-    ``critic`` section)."""
+    """a name registered in :data:`drmas_train.algorithm.advantages.ESTIMATORS` (``drmas_train.list_estimators()``
+    lists them; :mod:`drmas_train.algorithm.advantages` describes each; a name not registered is refused with the
+    accepted ones). ``remax`` plays one extra greedy episode per task each iteration for its baseline; ``gae`` is PPO
+    with a critic, configured in the ``critic`` section."""
     grouping: str | None = None
     """which calls share a baseline (the normalisation matrix's first axis, docs/advantages.md): null (the
     estimator's own) | ``prompt`` (trajectories per prompt group) | ``prompt_call`` (calls per prompt group) |
@@ -259,6 +260,16 @@ class OptimConfig:
     for a model of one agent); with data-parallel ranks, gradients are synchronised once per agent instead of once
     per mini-batch."""
 
+    def optimizer_kwargs(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The :func:`~drmas_train.algorithm.optim.build_optimizer` keyword arguments of one trained model: this
+        section's, with the model's own ``lr`` and ``weight_decay`` where its ``models.<key>.optimizer`` (``overrides``,
+        :attr:`drmas_train.model.models.ModelSpec.optimizer`) sets them. The one place they are assembled, for the
+        single-process and the Ray updater alike."""
+        own = dict(overrides or {})
+        return {"lr": own.get("lr", self.lr), "weight_decay": own.get("weight_decay", self.weight_decay),
+                "betas": self.betas, "warmup_steps": self.warmup_steps, "grad_clip": self.grad_clip,
+                "offload": self.offload}  # fmt: skip
+
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``optim.<field>``), the bad value and what is accepted."""
         require(self.lr > 0 and self.grad_clip > 0, f"optim.lr and optim.grad_clip must be > 0, got {self.lr}, {self.grad_clip}")
@@ -302,6 +313,13 @@ class CriticConfig:
     warmup_iterations: int = 0
     """iterations that train the critic only: the policy is updated from iteration ``warmup_iterations + 1`` on
     (the reference's ``trainer.critic_warmup: W`` updates it from iteration ``W`` on: ``W - 1`` critic-only ones)."""
+
+    def optimizer_kwargs(self, *, betas: Sequence[float], offload: bool) -> dict[str, Any]:
+        """The :func:`~drmas_train.algorithm.optim.build_optimizer` keyword arguments of every critic: this section's
+        ``lr``, ``weight_decay``, ``warmup_steps`` and ``grad_clip``, with the policy optimizer's ``betas`` and
+        ``offload`` (``optim.betas``, ``optim.offload``). The one place they are assembled."""
+        return {"lr": self.lr, "weight_decay": self.weight_decay, "betas": betas, "warmup_steps": self.warmup_steps,
+                "grad_clip": self.grad_clip, "offload": offload}
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``critic.<field>``), the bad value and what is accepted."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drmas_train.algorithm.config import CRITIC_PER
+from drmas_train.algorithm.config import CRITIC_PER, CriticConfig
 from drmas_train.algorithm.losses import value_loss
 from drmas_train.algorithm.optim import ModelOptimizer, build_optimizer
 from drmas_train.algorithm.settings import UpdateSettings
@@ -66,14 +66,13 @@ def critic_models(keys: Mapping[str, str], agents: Mapping[str, str]) -> dict[st
 
 
 def build_critic(
-    policy: Any, critic_id: str, critic: Any, *, betas: Sequence[float], seed: int, offload: bool
+    policy: Any, critic_id: str, critic: CriticConfig, *, betas: Sequence[float], seed: int, offload: bool
 ) -> tuple[ValueModel, ModelOptimizer]:
     """A critic started from ``policy``'s current weights (:meth:`ValueModel.from_causal_lm`, head seeded with
-    ``seed``) and its AdamW (``critic``: the ``critic`` config section's ``lr``, ``weight_decay``, ``warmup_steps``,
-    ``grad_clip``; ``betas``: ``optim.betas``; ``offload``: ``optim.offload``), on the policy's device."""
+    ``seed``) and its AdamW (:meth:`~drmas_train.algorithm.config.CriticConfig.optimizer_kwargs` of the ``critic``
+    section, ``betas``: ``optim.betas``, ``offload``: ``optim.offload``), on the policy's device."""
     model = ValueModel.from_causal_lm(policy, seed=seed)
-    opt = build_optimizer(f"critic/{critic_id}", model, lr=critic.lr, weight_decay=critic.weight_decay, betas=betas,
-                          warmup_steps=critic.warmup_steps, grad_clip=critic.grad_clip, offload=offload)  # fmt: skip
+    opt = build_optimizer(f"critic/{critic_id}", model, **critic.optimizer_kwargs(betas=betas, offload=offload))
     return model, opt
 
 
@@ -89,7 +88,9 @@ def critic_of(keys: Mapping[str, str], samples: Sequence[Sample]) -> dict[str, l
 def _value_budget(
     critic: Any, samples: Sequence[Sample], settings: UpdateSettings, hooks: UpdateHooks
 ) -> int:
-    return micro_batch_budget(critic, samples, settings, hooks, probe=forward_values)
+    """The critic's micro-batch budget (:func:`micro_batch_budget`), measured in training mode."""
+    critic.train()
+    return micro_batch_budget(hooks.forward.module, samples, settings, agree=hooks.agree_budget, probe=forward_values)
 
 
 def shares_value_prompts(critic: Any, settings: UpdateSettings) -> bool:

@@ -30,6 +30,7 @@ from drmas_train.algorithm.logprob_drift import agent_logprob_gaps, logprob_mism
 from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import (
     advantage_rows,
+    micro_batch_budget,
     plan_micro_batches,
     reuses_update_forward,
     shares_prompts,
@@ -60,8 +61,8 @@ def recompute_old_logprobs(
         settings: the update's settings: the same temperature, micro-batch budget and forward path (LM-head chunk,
             shared prompts, autocast) give the same micro-batches, hence bitwise the same log-probs as the update's
             first forward, so with one mini-batch the first step's PPO ratio is exactly 1. With
-            ``micro_batch_tokens="auto"`` the budget is chosen here as in the update (from the free memory, which
-            may differ by then).
+            ``micro_batch_tokens="auto"`` the budget is chosen by the update's own resolver
+            (:func:`~drmas_train.algorithm.update.micro_batch_budget`, from the free memory, which may differ by then).
         pad_token_id: tokenizer pad id.
         select: (B,) bools; only selected samples are recomputed (the trainer leaves out samples the loss
             ignores: advantage exactly 0 with no KL and no entropy term). None = all.
@@ -85,13 +86,7 @@ def recompute_old_logprobs(
     module = forward.module
     picked = [samples[i] for i in chosen]
     share = shares_prompts(module, settings)
-    budget = settings.micro_batch_tokens
-    if budget == "auto":
-        from drmas_train.algorithm.memory_budget import auto_micro_batch_tokens
-
-        longest = max(len(s.prompt_ids) + len(s.response_ids) for s in picked)
-        budget = auto_micro_batch_tokens(module, longest, lm_head_chunk=settings.lm_head_chunk)
-        budget = agree_budget(budget) if agree_budget is not None else budget
+    budget = micro_batch_budget(module, picked, settings, agree=agree_budget, lm_head_chunk=settings.lm_head_chunk)
     micros = plan_micro_batches(picked, budget, share=share, by_agent=settings.agent_grad_norms)
     new_rows: dict[int, list[float]] = {}
     was_training = module.training

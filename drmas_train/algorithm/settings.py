@@ -66,9 +66,8 @@ class UpdateSettings:
         critic: the critic's own settings (:class:`CriticSettings`) when the estimator reads values (``gae``), else
             None (the run has no critic).
 
-    Raises:
-        ConfigError: a value out of range, found by the check of its config section (``optim.*``, ``algorithm.*``;
-            the loss settings check themselves), so each setting has one check.
+    Built and checked in :meth:`from_config` (or :meth:`defaults`) by the config sections' own checks, so each
+    setting has one check; :meth:`replace` copies without checking again.
     """
 
     loss: PolicyLossConfig
@@ -87,17 +86,20 @@ class UpdateSettings:
     skip_zero_advantage: bool = True
     critic: CriticSettings | None = None
 
-    def __post_init__(self) -> None:  # the config sections' own checks: one check per setting
-        OptimConfig(micro_batch_tokens=self.micro_batch_tokens, activation_checkpointing=self.activation_checkpointing,
-                    autocast=self.autocast).validate()  # fmt: skip
-        AlgorithmConfig(ppo_epochs=self.ppo_epochs, mini_batches=self.mini_batches, mini_batch_order=self.mini_batch_order,
-                        loss_micro_batch_size=self.loss_micro_batch_size, batch_padding="none").validate()  # fmt: skip
-
     @classmethod
     def from_config(cls, algorithm: AlgorithmConfig, optim: OptimConfig, *, temperature: float,
                     critic: CriticConfig | None = None) -> UpdateSettings:  # fmt: skip
         """The settings of a run: its ``algorithm`` and ``optim`` sections, ``rollout.temperature`` and, when the
-        estimator reads values, its ``critic`` section (None: the section's defaults)."""
+        estimator reads values, its ``critic`` section (None: the section's defaults).
+
+        The one place settings are built from the config, so the one place they are checked: by the sections' own
+        checks (``validate``), on the sections themselves.
+
+        Raises:
+            ConfigError: a value out of range (``algorithm.*``, ``optim.*``), as the section's check words it.
+        """
+        algorithm.validate()
+        optim.validate()
         critic_settings = None
         if needs_critic(algorithm.estimator):
             critic_settings = CriticSettings.from_config(critic if critic is not None else CriticConfig())
@@ -110,12 +112,31 @@ class UpdateSettings:
 
     @classmethod
     def defaults(cls, **changes: Any) -> UpdateSettings:
-        """The settings of the config's defaults at temperature 1 with ``changes`` applied; a change named after
-        a loss field (``loss_agg``, ``kl_coef``, ...) goes to :attr:`loss`. For tests, benchmarks and scripts."""
-        return cls.from_config(AlgorithmConfig(), OptimConfig(), temperature=1.0).replace(**changes)
+        """The settings of the config's defaults at temperature 1 with ``changes`` applied. A change named after a
+        field of the ``algorithm`` or ``optim`` section is made in that section before :meth:`from_config`, so it
+        gets the section's check; a loss field (``loss_agg``, ``kl_coef``, ...) goes to :attr:`loss`, which checks
+        itself (:class:`PolicyLossConfig`, the check the algorithm section runs too); the others (``temperature``,
+        ``lm_head_chunk``, ``share_prompts``, ``skip_zero_advantage``, ``critic``) are set on the settings. For tests,
+        benchmarks and scripts. The algorithm section is built with ``batch_padding: none``:
+        padding is the trainer's, not the update's, so its check does not apply here.
+
+        Raises:
+            ConfigError: a section's check fails. ValueError: the loss's check fails. TypeError: a name that is
+                neither a section field nor a setting.
+        """
+        sections = {AlgorithmConfig: {"batch_padding": "none"}, OptimConfig: {}}
+        for section, kwargs in sections.items():
+            names = {f.name for f in dataclasses.fields(section)} - set(LOSS_FIELDS)  # the loss checks itself
+            kwargs.update({k: changes.pop(k) for k in list(changes) if k in names})
+        temperature = changes.pop("temperature", 1.0)
+        built = cls.from_config(AlgorithmConfig(**sections[AlgorithmConfig]), OptimConfig(**sections[OptimConfig]),
+                                temperature=temperature)  # fmt: skip
+        return built.replace(**changes) if changes else built
 
     def replace(self, **changes: Any) -> UpdateSettings:
-        """A copy with ``changes``; loss fields (``clip_low``, ``loss_agg``, ``kl_coef``, ...) may be given directly.
+        """A copy with ``changes``, not checked again (a config value is checked where the settings are built:
+        change it in its section, or through :meth:`defaults`); loss fields (``clip_low``, ``loss_agg``,
+        ``kl_coef``, ...) may be given directly.
 
         Raises:
             TypeError: a name that is neither a field of these settings nor of :class:`PolicyLossConfig`.

@@ -287,7 +287,9 @@ def ppo_update(
                            fwd, autocast_dtype, reuse)  # fmt: skip
 
     with activation_checkpointing(hooks.forward.module, settings.activation_checkpointing):
-        budget = micro_batch_budget(model, samples, settings, hooks, lm_head_chunk=settings.lm_head_chunk)
+        model.train()  # measured as the update runs it
+        budget = micro_batch_budget(hooks.forward.module, samples, settings, agree=hooks.agree_budget,
+                                    lm_head_chunk=settings.lm_head_chunk)  # fmt: skip
         out = run_epochs(model, opt, samples, settings, seed=seed, hooks=hooks, budget=budget, step=step,
                          share_prompts=share_prompts, additive=("pg_loss",),
                          keep=advantage_rows(advantages) if skip_zero else None,
@@ -315,17 +317,29 @@ def activation_checkpointing(model: Any, every_n_layers: int):
         base.activation_checkpointing_disable()
 
 
-def micro_batch_budget(model: Any, samples: Sequence[Sample], settings: UpdateSettings, hooks: UpdateHooks, **probe: Any) -> int:
-    """The micro-batch token budget: ``settings.micro_batch_tokens``, or for ``"auto"`` the one chosen from the free
-    memory (:func:`drmas_train.algorithm.memory_budget.auto_micro_batch_tokens`, with ``probe`` its forward's
-    arguments), agreed between the processes."""
+def micro_batch_budget(module: Any, samples: Sequence[Sample], settings: UpdateSettings, *,
+                       agree: Callable[[int], int] | None = None, **probe: Any) -> int:  # fmt: skip
+    """The micro-batch token budget of the forwards over ``samples``: ``settings.micro_batch_tokens``, or for
+    ``"auto"`` the one chosen from the free memory, the one place it is resolved (the update, π_old's recompute
+    and the critic's forwards all call this).
+
+    Args:
+        module: the model the forwards run (``Forward.module``), measured in its current train/eval mode.
+        samples: (B,) the samples (the longest one bounds the budget from below).
+        agree: ``agree(tokens) -> tokens`` the same in every process training the model together
+            (:attr:`UpdateHooks.agree_budget`); None = alone.
+        probe: the forward's arguments (:func:`drmas_train.algorithm.memory_budget.auto_micro_batch_tokens`).
+
+    Returns:
+        tokens per micro-batch.
+    """
     if settings.micro_batch_tokens != "auto":
         return int(settings.micro_batch_tokens)
     from drmas_train.algorithm.memory_budget import auto_micro_batch_tokens
 
     longest = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
-    model.train()
-    return hooks.agree_budget(auto_micro_batch_tokens(hooks.forward.module, longest, **probe))
+    budget = auto_micro_batch_tokens(module, longest, **probe)
+    return agree(budget) if agree is not None else budget
 
 
 #: ``step(batch, rows, denom) -> (metrics, tokens)``: forward + backward of one micro-batch (``rows``: the indices of

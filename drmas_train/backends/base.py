@@ -100,6 +100,20 @@ class SamplingParams:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def from_config(cls, section: Any, **changes: Any) -> SamplingParams:
+        """The sampling parameters a config section names: its ``temperature``, ``top_p``, ``top_k`` and
+        ``max_new_tokens`` (``rollout``: the training rollout's; ``eval``: validation's, whose ``max_new_tokens``
+        is the rollout's, given in ``changes``; ``drmas eval``'s :class:`~drmas_train.eval.evaluate.EvalConfig`),
+        with ``changes`` applied. The one place those fields become sampling parameters.
+
+        Raises:
+            AttributeError: ``section`` lacks one of the four fields and ``changes`` does not give it.
+            ValueError: a value out of range (as the constructor).
+        """
+        names = ("temperature", "top_p", "top_k", "max_new_tokens")
+        return cls(**{name: getattr(section, name) for name in names if name not in changes}, **changes)
+
 
 @dataclasses.dataclass
 class Generation:

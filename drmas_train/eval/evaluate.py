@@ -355,9 +355,7 @@ class _LLMPlayer:
         from drmas_train.backends.base import SamplingParams
 
         self.config, self.mapping, self.pools = config, agent_model_mapping(config), {}
-        self.sampling = SamplingParams(
-            temperature=config.temperature, top_p=config.top_p, top_k=config.top_k, max_new_tokens=config.max_new_tokens
-        )
+        self.sampling = SamplingParams.from_config(config)
 
     def pool(self, target: _Target) -> Any:
         from drmas_train.backends.factory import build_models

@@ -36,12 +36,13 @@ save, or a growing checkpoint) is removed. Both raise :class:`CheckpointSpaceErr
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import random
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,9 @@ import torch
 
 from drmas_train.model.adapters import split_model_id
 from drmas_train.model.weights import fsync_dir, fsync_tree, load_weights, read_weights
+from drmas_train.run.policy_versions import PolicyVersions
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "CheckpointSpaceError",
@@ -64,6 +68,7 @@ __all__ = [
     "remove_partial_checkpoints",
     "rng_state",
     "set_rng_state",
+    "restore_trainer_state",
 ]
 
 _NAME = re.compile(r"^iter_(\d{6,})$")
@@ -353,3 +358,35 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     state = torch.load(Path(path) / "trainer_state.pt", weights_only=True)
     set_rng_state(state["rng"])
     return state
+
+
+def restore_trainer_state(
+    state: dict[str, Any], *, sampler: Any, kl_control: Any | None, model_ids: Sequence[str], policy_warmup: int
+) -> tuple[int, PolicyVersions]:
+    """Put the trainer's own state back from a checkpoint's ``state`` (:func:`load_checkpoint`, which already restored
+    the RNG states): the task sampler's position and, when the run has one and the checkpoint saved it, the reward-KL
+    controller's coefficient. The one place a resume and a rewind after a lost rank restore it (the models' state is
+    the updater's: ``updater.read_state``).
+
+    Args:
+        state: ``{"iteration", "sampler", "rng", "extra"}``. sampler: the run's task sampler (``load_state_dict``).
+        kl_control: the run's reward-KL controller, or None. model_ids: the trained models.
+        policy_warmup: the critic-only iterations (``critic.warmup_iterations`` when the run has critics, else 0):
+            for a checkpoint written before drmas recorded policy versions, they are derived from its iteration
+            (:meth:`~drmas_train.run.policy_versions.PolicyVersions.from_iteration`).
+
+    Returns:
+        ``(iteration, versions)``: the checkpoint's iteration and each model's policy version
+        (``extra["policy_versions"]``).
+    """
+    sampler.load_state_dict(state["sampler"])
+    extra = state.get("extra", {})
+    if kl_control is not None and "reward_kl_control" in extra:
+        kl_control.load_state_dict(extra["reward_kl_control"])
+    iteration = int(state["iteration"])
+    if extra.get("policy_versions") is not None:
+        return iteration, PolicyVersions(model_ids, extra["policy_versions"])
+    versions = PolicyVersions.from_iteration(model_ids, iteration, policy_warmup=policy_warmup)
+    logger.info("checkpoint has no policy versions (written before drmas recorded them): derived from its iteration "
+                "%d: %s", iteration, versions.state_dict())  # fmt: skip
+    return iteration, versions

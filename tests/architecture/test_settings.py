@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,24 @@ def test_defaults_are_the_config_defaults():
 def test_settings_built_by_hand_get_the_config_sections_checks(changes, message):
     with pytest.raises(ConfigError, match=message):
         UpdateSettings.defaults(**changes)
+
+
+def test_settings_are_checked_once_where_they_are_built(monkeypatch):
+    """The sections' own checks run once per build, on the sections given (no copy of them is rebuilt), and a
+    copy made by ``replace`` is not checked again."""
+    checks = []
+    for section in (AlgorithmConfig, OptimConfig):
+        original = section.validate
+        monkeypatch.setattr(section, "validate", lambda self, original=original: checks.append(self) or original(self))
+    algorithm, optim = AlgorithmConfig(mini_batches=2), OptimConfig(micro_batch_tokens=64)
+    s = UpdateSettings.from_config(algorithm, optim, temperature=1.0)
+    assert checks == [algorithm, optim] and checks[0] is algorithm and checks[1] is optim
+    assert s.replace(micro_batch_tokens=32, share_prompts=False).micro_batch_tokens == 32 and len(checks) == 2
+    d = UpdateSettings.defaults(mini_batches=3, micro_batch_tokens=16, lm_head_chunk=0, temperature=0.5)
+    assert len(checks) == 4 and (checks[2].mini_batches, checks[3].micro_batch_tokens) == (3, 16)
+    assert (d.mini_batches, d.micro_batch_tokens, d.lm_head_chunk, d.temperature) == (3, 16, 0, 0.5)
+    with pytest.raises(ConfigError, match=re.escape("algorithm.ppo_epochs must be >= 1, got 0")):
+        UpdateSettings.from_config(AlgorithmConfig(ppo_epochs=0), OptimConfig(), temperature=1.0)
 
 
 def test_the_loss_settings_have_no_defaults_of_their_own():

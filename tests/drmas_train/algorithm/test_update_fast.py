@@ -250,3 +250,37 @@ def test_optimizer_offload_changes_no_step_and_the_paper_presets_turn_it_on():
         cfg = load_config(preset)
         assert cfg.optim.offload is True and cfg.optim.activation_checkpointing == 1  # enable_gradient_checkpointing
     assert load_config("quickstart_math").optim.offload is False
+
+
+def test_an_auto_budget_is_resolved_by_one_function(monkeypatch):
+    """The update, π_old's recompute and the critic's forwards all take an ``"auto"`` budget from
+    ``update.micro_batch_budget``: one memory probe per call, agreed between the processes by ``agree``."""
+    import drmas_train.algorithm.memory_budget as memory_budget
+    from drmas_train.algorithm.critic import critic_values
+    from drmas_train.algorithm.old_logprobs import recompute_old_logprobs
+    from drmas_train.algorithm.update import UpdateHooks, micro_batch_budget
+    from drmas_train.model.logprobs import Forward
+    from drmas_train.model.value_model import ValueModel
+
+    probes, agreed = [], []
+    monkeypatch.setattr(memory_budget, "auto_micro_batch_tokens",
+                        lambda module, longest, **probe: probes.append(sorted(probe)) or 4 * longest)  # fmt: skip
+    model = load_model("tiny-llama").model
+    samples = _group_samples(model, groups=1, group_size=2)
+    longest = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    settings = UpdateSettings.defaults(micro_batch_tokens="auto")
+
+    def agree(tokens):
+        agreed.append(tokens)
+        return tokens + 1
+
+    assert micro_batch_budget(model, samples, settings, agree=agree) == 4 * longest + 1
+    recompute_old_logprobs(model, samples, settings, pad_token_id=0, agree_budget=agree)
+    m = ppo_update(model, build_optimizer("m", model), samples, np.linspace(-1, 1, len(samples)), settings,
+                   pad_token_id=0, hooks=UpdateHooks(Forward.of(model), agree_budget=agree))  # fmt: skip
+    critic_values(ValueModel.from_causal_lm(model, seed=0), samples, settings, pad_token_id=0, agree_budget=agree)
+    assert m["micro_batch_tokens"] == 4 * longest + 1
+    assert agreed == [4 * longest] * 4
+    assert probes == [[], ["lm_head_chunk"], ["lm_head_chunk"], ["probe"]]
+    assert micro_batch_budget(model, samples, settings.replace(micro_batch_tokens=64)) == 64  # no probe
+    assert len(probes) == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -43,6 +44,28 @@ PROMPTS = [
 def test_sampling_params_rejects_bad_values(field, value, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**{field: value})
+
+
+
+def test_sampling_params_from_a_config_section():
+    """The one place config fields become sampling parameters: the rollout's, validation's (the rollout's length
+    limit) and ``drmas eval``'s."""
+    from drmas_train.collect.config import RolloutConfig
+    from drmas_train.eval.config import ValidationConfig
+    from drmas_train.eval.evaluate import EvalConfig
+
+    rollout = RolloutConfig(temperature=0.7, top_p=0.9, top_k=5, max_new_tokens=33)
+    assert SamplingParams.from_config(rollout) == SamplingParams(temperature=0.7, top_p=0.9, top_k=5, max_new_tokens=33)
+    val = ValidationConfig(temperature=0.6, top_p=0.95)
+    assert SamplingParams.from_config(val, max_new_tokens=rollout.max_new_tokens) == SamplingParams(
+        temperature=0.6, top_p=0.95, top_k=-1, max_new_tokens=33)  # fmt: skip
+    with pytest.raises(AttributeError, match="max_new_tokens"):
+        SamplingParams.from_config(val)  # validation has no length limit of its own: the caller must give it
+    evaluation = EvalConfig(envs=["math-solver-verifier-v0"])
+    assert SamplingParams.from_config(evaluation) == SamplingParams(temperature=0.6, top_p=0.95, top_k=-1,
+                                                                    max_new_tokens=1024)  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape("SamplingParams.top_p must be in (0, 1], got 0.0")):
+        SamplingParams.from_config(rollout, top_p=0.0)
 
 
 def test_sampling_params_defaults_and_stop_coercion():

@@ -20,6 +20,7 @@ from drmas_train.run.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_model_states,
+    restore_trainer_state,
     rng_state,
     save_checkpoint,
     save_model_states,
@@ -252,3 +253,30 @@ def test_a_checkpoint_is_fsynced_before_its_rename(tmp_path, monkeypatch):
     assert {"w.bin", "trainer_state.pt", "config.yaml"} <= synced
     assert any(Path(p).name.startswith(".tmp-iter_000001") for kind, p in events[:rename] if kind == "fsync")
     assert ("fsync", str(tmp_path)) in events[rename:]
+
+
+def test_restore_trainer_state_puts_back_the_sampler_the_kl_coefficient_and_the_versions(tmp_path, caplog):
+    from drmas_train.algorithm.reward_shaping import make_kl_controller
+    from drmas_train.collect.task_sampler import TaskSampler
+
+    sampler, kl = TaskSampler(10, 3, seed=1), make_kl_controller("adaptive", coef=0.1, target=6.0, horizon=100)
+    sampler.next_batch()
+    kl.update(12.0, 50)  # beta moves away from 0.1
+    root = tmp_path / "ckpt"
+    path = save_checkpoint(root, 4, write_state=lambda folder: None, sampler_state=sampler.state_dict(), config_yaml="",
+                           extra={"reward_kl_control": kl.state_dict(), "policy_versions": {"m": 3}})  # fmt: skip
+    expected = sampler.next_batch()
+    fresh, fresh_kl = TaskSampler(10, 3, seed=1), make_kl_controller("adaptive", coef=0.1, target=6.0, horizon=100)
+    iteration, versions = restore_trainer_state(load_checkpoint(path), sampler=fresh, kl_control=fresh_kl,
+                                                model_ids=["m"], policy_warmup=0)  # fmt: skip
+    assert (iteration, versions.state_dict(), fresh_kl.value) == (4, {"m": 3}, kl.value) and kl.value != 0.1
+    assert list(fresh.next_batch()) == list(expected)  # the sampler continues where the checkpointed one did
+    state = load_checkpoint(path)
+    del state["extra"]["policy_versions"], state["extra"]["reward_kl_control"]  # an older checkpoint
+    with caplog.at_level("INFO", logger="drmas_train.run.checkpoint"):
+        iteration, versions = restore_trainer_state(state, sampler=TaskSampler(10, 3, seed=1), kl_control=fresh_kl,
+                                                    model_ids=["m", "n"], policy_warmup=1)  # fmt: skip
+    assert versions.state_dict() == {"m": 3, "n": 3}  # 4 iterations, the first critic-only
+    assert "derived from its iteration 4" in caplog.text
+    assert restore_trainer_state(state, sampler=TaskSampler(10, 3), kl_control=None, model_ids=["m"],
+                                 policy_warmup=0)[1].state_dict() == {"m": 4}  # fmt: skip
