@@ -108,3 +108,28 @@ def test_self_play_with_seat_pooled_trajectory_units_warns(overrides, warned):
     assert [level for level, _ in notes] == ([logging.WARNING] if warned else [])
     if warned:
         assert notes[0][1].startswith("self-play with algorithm.estimator='grpo' (grouping 'prompt', trajectory units)")
+
+
+@pytest.mark.slow  # ~15 s: two tiny iterations, then a 2 x 2 cross-play grid of 8 hands per cell
+def test_crossplay_of_a_self_play_run_rates_its_checkpoints(tmp_path, capsys):
+    from drmas_train.commands import crossplay as crossplay_cmd
+
+    cfg = load_config("quickstart_kuhn", [f"run.dir={tmp_path / 'run'}", *TINY, "env.kwargs.opponent=null",
+                                          "run.iterations=2", "run.save_every=1", "run.keep_checkpoints=2",
+                                          "eval.every=0"])  # fmt: skip
+    train(cfg)
+    out = tmp_path / "grid"
+    argv = ["--run", str(tmp_path / "run"), "--roles", "player_0,player_1", "--iterations", "0,2", "--k", "8",
+            "--max-new-tokens", "8", "--no-progress", "--out", str(out)]  # fmt: skip
+    assert crossplay_cmd.main(argv) == 0
+    printed = capsys.readouterr().out
+    matrix = json.loads((out / "crossplay.json").read_text())
+    ratings = matrix["ratings"]
+    assert {r["player"] for r in ratings} == {"base", "iter 2"}  # the shared model's checkpoints: one player each
+    assert [r["rank"] for r in ratings] == [1, 2] and ratings[0]["ordinal"] >= ratings[1]["ordinal"]
+    assert all(r["matches"] == 16 for r in ratings)  # the two off-diagonal cells, 8 hands each
+    for r in ratings:
+        assert r["win"] + r["draw"] + r["loss"] == pytest.approx(1.0)
+    assert "## Ratings from cross-play (openskill Plackett-Luce; ± standard error over games)" in printed
+    board = (out / "leaderboard" / "leaderboard.md").read_text()
+    assert "## openspiel-other — avg@8" in board and "| Win % (avg@k) |" in board
