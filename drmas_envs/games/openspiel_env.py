@@ -27,7 +27,12 @@ from drmas_envs.core import ListTaskSource, Outcome, Task, TextAECEnv, Turn
 from drmas_envs.games.actions import match_action, parse_action
 from drmas_envs.games.opponents import opponent_action
 
-__all__ = ["OpenSpielEnv", "INVALID_ACTIONS", "SEAT_CHOICES", "SYSTEM_PROMPT", "USER_PROMPT", "agent_name"]
+__all__ = ["OpenSpielEnv", "INVALID_ACTIONS", "PROMPT_FIELDS", "SEAT_CHOICES", "SYSTEM_PROMPT", "USER_PROMPT",
+           "agent_name"]
+
+#: The ``str.format`` fields a ``user_prompt`` may use: the game's title, the acting player's index, the number of
+#: players, the game's rules, which view string it is, the view, and the legal action names joined by ", ".
+PROMPT_FIELDS = ("title", "player", "num_players", "rules", "view_kind", "view", "legal")
 
 #: What replaces an invalid reply; the first is the default.
 INVALID_ACTIONS = ("random", "forfeit")
@@ -38,8 +43,7 @@ SEAT_CHOICES = ("random", "rotate")
 #: The system message of every call (the Dr. MAS reference's default system message).
 SYSTEM_PROMPT = "You are a helpful and harmless assistant."
 
-#: The user message: ``str.format`` fields ``title``, ``player``, ``num_players``, ``rules``, ``view_kind``,
-#: ``view``, ``legal``.
+#: The user message (the default ``user_prompt``): ``str.format`` fields :data:`PROMPT_FIELDS`.
 USER_PROMPT = (
     "You are playing {title} as player {player} ({num_players} players; player 0 moves first).\n"
     "{rules}\n\n"
@@ -73,11 +77,14 @@ class OpenSpielEnv(TextAECEnv):
             ``min_utility()`` and every other player's ``max_utility()``.
         format_penalty: reward subtracted per invalid call (Dr. MAS default 0.1).
         system_prompt: the system message (``None`` or ``""``: the user message alone).
+        user_prompt: the user message's template (default :data:`USER_PROMPT`), ``str.format`` fields
+            :data:`PROMPT_FIELDS` (literal braces doubled), e.g. few-shot examples of the reply format for a small
+            model (the ``quickstart_kuhn`` preset).
         render_mode: ``None``, ``"ansi"`` or ``"human"``.
 
     Raises:
         ValueError: an opponent this game does not accept, a bad ``opponent_seat`` or ``invalid_action``, a
-            non-str ``system_prompt``, plus :class:`~drmas_envs.core.TextAECEnv`'s errors.
+            non-str ``system_prompt``, a ``user_prompt`` that is not a str or names another field, plus :class:`~drmas_envs.core.TextAECEnv`'s errors.
     """
 
     #: OpenSpiel's short name of the game (``pyspiel.load_game``).
@@ -110,6 +117,7 @@ class OpenSpielEnv(TextAECEnv):
         invalid_action: str = "random",
         format_penalty: float = 0.1,
         system_prompt: str | None = SYSTEM_PROMPT,
+        user_prompt: str = USER_PROMPT,
         render_mode: str | None = None,
     ) -> None:
         self.game = pyspiel.load_game(self.GAME)
@@ -131,6 +139,14 @@ class OpenSpielEnv(TextAECEnv):
             raise ValueError(f"invalid_action must be one of {INVALID_ACTIONS}, got {invalid_action!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ValueError(f"system_prompt must be a str or None, got {type(system_prompt).__name__}")
+        if not isinstance(user_prompt, str):
+            raise ValueError(f"user_prompt must be a str, got {type(user_prompt).__name__}")
+        try:
+            user_prompt.format(**dict.fromkeys(PROMPT_FIELDS, ""))
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"user_prompt: {type(err).__name__} {err}: a template may use only the fields "
+                             f"{', '.join('{' + f + '}' for f in PROMPT_FIELDS)} (literal braces doubled)") from None
+        self.user_prompt = user_prompt
         self.opponent = opponent
         self.opponent_seat = opponent_seat
         self.invalid_action = invalid_action
@@ -168,7 +184,7 @@ class OpenSpielEnv(TextAECEnv):
         acting = not state.is_terminal() and self._forfeit is None and state.current_player() == player
         view = self._view(player)
         legal = self._legal_names(player) if acting else []
-        user = USER_PROMPT.format(
+        user = self.user_prompt.format(
             title=self.TITLE, player=player, num_players=self.game.num_players(), rules=self.RULES,
             view_kind=self.VIEW.replace("_", " "), view=view, legal=", ".join(legal) or "(none: not your turn)",
         )  # fmt: skip
