@@ -10,8 +10,8 @@ Online Ranking", JMLR 12, 2011): each player's skill is a normal ``N(mu, sigma^2
 seats (a shared model's checkpoint) is one player. A match of a player against itself is skipped (no
 information), and so is every match of a grid whose episodes carry no per-seat returns (not a game).
 
-Online ratings depend on the order of the matches; the order here is fixed (cells row by row, episodes in play
-order), so a grid's ratings are reproducible. Beside the rating each player gets its own results over its matches:
+Online ratings depend on the order of the matches; the order here is fixed and interleaved (hand 1 of every cell,
+cells row by row, then hand 2, ...), so a grid's ratings are reproducible and no cell's games all come last. Beside the rating each player gets its own results over its matches:
 win/draw/loss rates and mean game return, with standard errors over matches (the avg@k of the player: its share of
 wins, as ``won`` counts them).
 """
@@ -149,19 +149,24 @@ def crossplay_matches(matrix: Mapping[str, Any], episodes: Sequence[Sequence[Seq
         episodes: ``episodes[i][j]``: the result rows of cell ``(i, j)`` (``RunResult.episodes``).
 
     Returns:
-        the matches, cells row by row and episodes in order; empty when a row has no ``agent_rewards`` (not a game).
+        the matches, interleaved: the first hand of every cell (cells row by row), then the second, ..., so that
+        no cell's games all come last (an online rating weighs late games more); empty when an episode has no ``agent_rewards`` (not a
+        game) or its learners are not both axis roles (a fixed opponent played a seat: not a head-to-head grid;
+        cross-play such a run with ``--env-kwarg opponent=null``).
     """
     row_role, col_role = matrix["roles"]["rows"], matrix["roles"]["cols"]
     rows, cols = _player_names(matrix)
+    cells = [(i, j, cell) for i, row_cells in enumerate(episodes) for j, cell in enumerate(row_cells)]
     out = []
-    for i, cells in enumerate(episodes):
-        for j, cell in enumerate(cells):
-            for row in cell:
-                rewards = row.get("agent_rewards")
-                if not rewards:
-                    return []
-                out.append(Match(rows[i], cols[j], outcome(row_role, rewards), float(rewards[row_role]),
-                                 float(rewards[col_role])))  # fmt: skip
+    for e in range(max((len(cell) for _, _, cell in cells), default=0)):  # interleaved: hand e of every cell
+        for i, j, cell in cells:
+            if e >= len(cell):
+                continue
+            rewards = cell[e].get("agent_rewards")
+            if not rewards or not {row_role, col_role} <= set(cell[e].get("learners") or rewards):
+                return []
+            out.append(Match(rows[i], cols[j], outcome(row_role, rewards), float(rewards[row_role]),
+                             float(rewards[col_role])))  # fmt: skip
     return out
 
 

@@ -206,9 +206,11 @@ def game_validation_envs(cfg: TrainConfig, env_fn: Callable[..., Any], env: Any)
 
 def game_notes(cfg: TrainConfig, env: Any) -> list[tuple[int, str]]:
     """Warnings about a game run's advantages (empty for other envs): in self-play (every seat an agent) a
-    trajectory unit pooled over the seats (grouping ``prompt`` with trajectory units: ``grpo``, ``rloo``, ...)
-    averages the seats' returns, which cancel in a zero-sum game, so every call's advantage then carries no game
-    signal (only format penalties); per-agent grouping (``drmas``) or call units keep each seat's own return.
+    trajectory unit pooled over the seats (grouping ``prompt`` with trajectory units: ``grpo``, ``rloo``, ...) is
+    the mean of every seat's call scores, and all its calls, both seats', get its one advantage: in a zero-sum game
+    the seats' returns cancel in that mean when they made as many calls, and otherwise it follows the seat that
+    called more (Kuhn poker pass-bet-call: ``(2 R_0 + R_1) / 3 = R_0 / 3``), so one seat is pushed toward the other's
+    result. Per-agent grouping (``drmas``) or call units keep each seat's own return.
 
     Returns:
         ``[(logging level, message), ...]``.
@@ -224,9 +226,10 @@ def game_notes(cfg: TrainConfig, env: Any) -> list[tuple[int, str]]:
     if per_agent or units != "trajectory":
         return []
     return [(logging.WARNING, f"self-play with algorithm.estimator={a.estimator!r} (grouping {grouping!r}, trajectory "
-                              "units): each unit averages every seat's return, which cancel in a zero-sum game, so "
-                              "the advantages carry no game signal; use algorithm.estimator=drmas (per-agent "
-                              "grouping), algorithm.units=call, or a fixed opponent (env.kwargs.opponent)")]  # fmt: skip
+                              "units): all calls of a hand, both seats', get one advantage from the mean of the "
+                              "seats' returns, which cancel in a zero-sum game or push one seat toward the other's "
+                              "result; use algorithm.estimator=drmas (per-agent grouping), algorithm.units=call, or "
+                              "a fixed opponent (env.kwargs.opponent)")]  # fmt: skip
 
 
 def run_validation_tasks(cfg: TrainConfig) -> list[Any] | None:

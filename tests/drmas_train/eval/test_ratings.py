@@ -65,13 +65,16 @@ def test_crossplay_matches_one_player_per_model_in_both_seats():
     episodes = [[[_row(1.0, -1.0)], [_row(-2.0, 2.0), _row(1.0, -1.0)]],
                 [[_row(2.0, -2.0)], [_row(0.0, 0.0)]]]  # fmt: skip
     shared = crossplay_matches(_matrix(shared=True), episodes)
-    assert [(m.a, m.b, m.result, m.return_a, m.return_b) for m in shared] == [
-        ("base", "base", "win", 1.0, -1.0), ("base", "iter 2", "loss", -2.0, 2.0), ("base", "iter 2", "win", 1.0, -1.0),
-        ("iter 2", "base", "win", 2.0, -2.0), ("iter 2", "iter 2", "draw", 0.0, 0.0)]  # fmt: skip
+    assert [(m.a, m.b, m.result, m.return_a, m.return_b) for m in shared] == [  # hand 1 of every cell, then hand 2
+        ("base", "base", "win", 1.0, -1.0), ("base", "iter 2", "loss", -2.0, 2.0), ("iter 2", "base", "win", 2.0, -2.0),
+        ("iter 2", "iter 2", "draw", 0.0, 0.0), ("base", "iter 2", "win", 1.0, -1.0)]  # fmt: skip
     assert {r.player for r in rate_matches(shared)} == {"base", "iter 2"}  # self-matches (the diagonal) skipped
     separate = crossplay_matches(_matrix(shared=False), episodes)  # one model per seat: four players
     assert {m.a for m in separate} == {"base (player_0's model)", "iter 2 (player_0's model)"}
     assert {m.b for m in separate} == {"base (player_1's model)", "iter 2 (player_1's model)"}
+    vs_opponent = [[[{"agent_rewards": {"player_0": 1.0, "player_1": -1.0}, "learners": ["player_0"]}]]]
+    assert crossplay_matches({**_matrix(True), "rows": _matrix(True)["rows"][:1], "cols": _matrix(True)["cols"][:1]},
+                             vs_opponent) == []  # a fixed opponent played a seat: no head-to-head match  # fmt: skip
     no_game = [[[{"won": True}]]]
     assert crossplay_matches({**_matrix(True), "rows": _matrix(True)["rows"][:1], "cols": _matrix(True)["cols"][:1]},
                              no_game) == []  # fmt: skip
