@@ -105,6 +105,8 @@ class TextAECEnv(AECEnv):
     # reference_env_step: what one env step of the Dr. MAS reference's multi-agent loop is, for GiGPO's discounted
     # step returns (drmas_train.algorithm.sample_advantages.gigpo_step_rewards): "round" (a new step when an agent
     # acts a second time; the search env) or "episode" (the whole episode is one step; the math envs).
+    # per_agent_rewards (optional, absent = False): the agents' episode rewards differ by construction
+    # (Outcome.rewards; the games): trainers then log and validate results per role.
     metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "name": "drmas_text_env",
                                 "is_parallelizable": NOT_PARALLELIZABLE, "reference_env_step": "round"}  # fmt: skip
 
@@ -118,6 +120,7 @@ class TextAECEnv(AECEnv):
     infos: dict[str, dict[str, Any]]
     agent_selection: str  # agent whose turn it is
     task: Task  # the task of the current episode
+    rollout_index: int | None  # this episode's index g in [0, G) of its rollout group (reset option), or None
     history: list[CallRecord]  # every call of this episode, in order (score None until the end)
     num_turns: int  # calls made this episode (valid or not)
     episode_returns: dict[str, float]  # whole-episode return per agent (never reset mid-episode)
@@ -185,8 +188,13 @@ class TextAECEnv(AECEnv):
         (an index into ``tasks``), else drawn with the env's own ``np_random`` (seeded by ``seed``). So a
         GRPO group replays one task ``n`` times with ``options={"task_index": i}``.
 
+        ``options["rollout_index"]`` (an int >= 0; the rollout engine passes each episode's index g in [0, G) of
+        its group) is kept in :attr:`rollout_index` (``None`` when not given) for envs that vary something across
+        a group's rollouts on purpose (the games' ``opponent_seat="rotate"``: the learner's seat).
+
         Raises:
-            ValueError: an index out of range, or a ``task`` that is not a Task. Other option keys are ignored.
+            ValueError: an index out of range, a ``task`` that is not a Task, or a ``rollout_index`` that is not an
+                int >= 0. Other option keys are ignored.
         """
         if seed is not None:
             self.np_random, self.np_random_seed = seeding.np_random(seed)
@@ -204,6 +212,11 @@ class TextAECEnv(AECEnv):
             self.task = self.tasks[int(index)]
         else:
             self.task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        index = options.get("rollout_index")
+        if index is not None and (isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0):
+            raise ValueError(f"options['rollout_index'] must be an int >= 0 (the episode's index in its group), "
+                             f"got {index!r}")  # fmt: skip
+        self.rollout_index = None if index is None else int(index)
 
         self.agents = list(self.possible_agents)
         self.rewards = dict.fromkeys(self.agents, 0.0)

@@ -4,7 +4,9 @@ Subclasses (one module per registered id) set the class attributes :attr:`OpenSp
 ``RULES``, ``VIEW`` and ``OPPONENTS``; the game logic stays in OpenSpiel. Each episode:
 
 1. ``reset``: a new initial state; with an ``opponent``, the learner's seat is drawn (``opponent_seat="random"``)
-   from the env's ``np_random``, so the seed decides it and the rollouts of one group play both seats;
+   from the env's ``np_random``, so the seed decides it, or rotates over the rollouts of a group
+   (``opponent_seat="rotate"``: in a two-player game the learner plays seat ``g mod 2`` in the group's g-th rollout,
+   reset option ``rollout_index``), so every role is trained, in equal shares;
 2. chance nodes are resolved with ``np_random`` from the outcomes' probabilities, the opponent moves for its seats,
    until a learning agent is to act (:meth:`OpenSpielEnv._advance`);
 3. each agent call is read with :mod:`drmas_envs.games.actions`; an invalid reply costs its agent
@@ -25,16 +27,23 @@ from drmas_envs.core import ListTaskSource, Outcome, Task, TextAECEnv, Turn
 from drmas_envs.games.actions import match_action, parse_action
 from drmas_envs.games.opponents import opponent_action
 
-__all__ = ["OpenSpielEnv", "INVALID_ACTIONS", "SYSTEM_PROMPT", "USER_PROMPT", "agent_name"]
+__all__ = ["OpenSpielEnv", "INVALID_ACTIONS", "PROMPT_FIELDS", "SEAT_CHOICES", "SYSTEM_PROMPT", "USER_PROMPT",
+           "agent_name"]
+
+#: The ``str.format`` fields a ``user_prompt`` may use: the game's title, the acting player's index, the number of
+#: players, the game's rules, which view string it is, the view, and the legal action names joined by ", ".
+PROMPT_FIELDS = ("title", "player", "num_players", "rules", "view_kind", "view", "legal")
 
 #: What replaces an invalid reply; the first is the default.
 INVALID_ACTIONS = ("random", "forfeit")
 
+#: ``opponent_seat`` values besides a fixed player index; the first is the default.
+SEAT_CHOICES = ("random", "rotate")
+
 #: The system message of every call (the Dr. MAS reference's default system message).
 SYSTEM_PROMPT = "You are a helpful and harmless assistant."
 
-#: The user message: ``str.format`` fields ``title``, ``player``, ``num_players``, ``rules``, ``view_kind``,
-#: ``view``, ``legal``.
+#: The user message (the default ``user_prompt``): ``str.format`` fields :data:`PROMPT_FIELDS`.
 USER_PROMPT = (
     "You are playing {title} as player {player} ({num_players} players; player 0 moves first).\n"
     "{rules}\n\n"
@@ -56,18 +65,26 @@ class OpenSpielEnv(TextAECEnv):
         opponent: ``None`` (self-play: every seat is an agent) or the name of a fixed opponent of
             :mod:`drmas_envs.games.opponents` that this game accepts (``OPPONENTS``): it plays every seat but
             the learner's, inside ``step``.
-        opponent_seat: with an opponent, the seat it plays: ``"random"`` (default: drawn from ``np_random`` at
-            each ``reset``, so the learner plays every seat across seeds) or a fixed player index.
+        opponent_seat: with an opponent, how the learner's seat is chosen at each ``reset``: ``"random"``
+            (default: the opponent's seat is drawn from ``np_random``, so the seed decides it and the learner plays
+            every seat across seeds), ``"rotate"`` (the opponent plays seat ``(g + 1) mod n`` in the g-th rollout
+            of a group, the reset option ``rollout_index`` that the rollout engine passes; in a two-player game the
+            learner plays seat ``g mod 2``, so a group of G >= 2 rollouts trains both seats, in shares that differ
+            by at most one; without that option, drawn as ``"random"``), or a fixed player index: the seat the
+            opponent plays.
         invalid_action: ``"random"`` (default): an invalid reply is replaced by a uniformly random legal action
             (``np_random``); ``"forfeit"``: the game ends, the invalid player's return is the game's
             ``min_utility()`` and every other player's ``max_utility()``.
         format_penalty: reward subtracted per invalid call (Dr. MAS default 0.1).
         system_prompt: the system message (``None`` or ``""``: the user message alone).
+        user_prompt: the user message's template (default :data:`USER_PROMPT`), ``str.format`` fields
+            :data:`PROMPT_FIELDS` (literal braces doubled), e.g. few-shot examples of the reply format for a small
+            model (the ``quickstart_kuhn`` preset).
         render_mode: ``None``, ``"ansi"`` or ``"human"``.
 
     Raises:
         ValueError: an opponent this game does not accept, a bad ``opponent_seat`` or ``invalid_action``, a
-            non-str ``system_prompt``, plus :class:`~drmas_envs.core.TextAECEnv`'s errors.
+            non-str ``system_prompt``, a ``user_prompt`` that is not a str or names another field, plus :class:`~drmas_envs.core.TextAECEnv`'s errors.
     """
 
     #: OpenSpiel's short name of the game (``pyspiel.load_game``).
@@ -82,7 +99,9 @@ class OpenSpielEnv(TextAECEnv):
     #: Fixed opponents this game accepts.
     OPPONENTS: tuple[str, ...] = ("random-v0",)
 
-    metadata: dict[str, Any] = {**TextAECEnv.metadata, "name": "drmas_openspiel"}
+    # per_agent_rewards: each seat receives its own return (Outcome.rewards); trainers read it to log and validate
+    # per role (drmas_train.run.trainer)
+    metadata: dict[str, Any] = {**TextAECEnv.metadata, "name": "drmas_openspiel", "per_agent_rewards": True}
 
     # ---- per-episode state, rebuilt by _start_episode ----
     _state: pyspiel.State  # the OpenSpiel state
@@ -98,6 +117,7 @@ class OpenSpielEnv(TextAECEnv):
         invalid_action: str = "random",
         format_penalty: float = 0.1,
         system_prompt: str | None = SYSTEM_PROMPT,
+        user_prompt: str = USER_PROMPT,
         render_mode: str | None = None,
     ) -> None:
         self.game = pyspiel.load_game(self.GAME)
@@ -109,15 +129,24 @@ class OpenSpielEnv(TextAECEnv):
             raise ValueError(
                 f"opponent must be None (self-play) or one of {list(self.OPPONENTS)} for {self.GAME}, got {opponent!r}"
             )
-        if opponent_seat != "random" and (
+        if opponent_seat not in SEAT_CHOICES and (
             isinstance(opponent_seat, bool) or not isinstance(opponent_seat, numbers.Integral)
             or not 0 <= opponent_seat < n
         ):  # fmt: skip
-            raise ValueError(f"opponent_seat must be 'random' or a player index in [0, {n}), got {opponent_seat!r}")
+            raise ValueError(f"opponent_seat must be 'random', 'rotate' or a player index in [0, {n}), "
+                             f"got {opponent_seat!r}")  # fmt: skip
         if invalid_action not in INVALID_ACTIONS:
             raise ValueError(f"invalid_action must be one of {INVALID_ACTIONS}, got {invalid_action!r}")
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ValueError(f"system_prompt must be a str or None, got {type(system_prompt).__name__}")
+        if not isinstance(user_prompt, str):
+            raise ValueError(f"user_prompt must be a str, got {type(user_prompt).__name__}")
+        try:
+            user_prompt.format(**dict.fromkeys(PROMPT_FIELDS, ""))
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"user_prompt: {type(err).__name__} {err}: a template may use only the fields "
+                             f"{', '.join('{' + f + '}' for f in PROMPT_FIELDS)} (literal braces doubled)") from None
+        self.user_prompt = user_prompt
         self.opponent = opponent
         self.opponent_seat = opponent_seat
         self.invalid_action = invalid_action
@@ -134,8 +163,13 @@ class OpenSpielEnv(TextAECEnv):
         n = self.game.num_players()
         if self.opponent is None:
             self._learners = tuple(range(n))
-        else:
-            seat = int(self.np_random.integers(n)) if self.opponent_seat == "random" else int(self.opponent_seat)
+        else:  # the opponent's seat; the learners play the others
+            if self.opponent_seat == "rotate" and self.rollout_index is not None:
+                seat = (self.rollout_index + 1) % n  # two players: the learner plays seat g mod 2
+            elif self.opponent_seat in SEAT_CHOICES:  # "random", or "rotate" without a rollout index
+                seat = int(self.np_random.integers(n))
+            else:
+                seat = int(self.opponent_seat)
             self._learners = tuple(p for p in range(n) if p != seat)
         first = self._advance()
         if first is None:
@@ -150,7 +184,7 @@ class OpenSpielEnv(TextAECEnv):
         acting = not state.is_terminal() and self._forfeit is None and state.current_player() == player
         view = self._view(player)
         legal = self._legal_names(player) if acting else []
-        user = USER_PROMPT.format(
+        user = self.user_prompt.format(
             title=self.TITLE, player=player, num_players=self.game.num_players(), rules=self.RULES,
             view_kind=self.VIEW.replace("_", " "), view=view, legal=", ".join(legal) or "(none: not your turn)",
         )  # fmt: skip

@@ -9,7 +9,9 @@ with the generations (token ids, log-probs, finish reasons): one :class:`~drmas_
 call and one :class:`TrajectoryRecord` (carrying the record) per episode.
 
 Grouping ids (the GRPO contract): the G rollouts of one task share ``uid``; different tasks of the batch —
-even two copies of the same task — get different ``uid``; ``traj_uid`` = ``f"{uid}/{g}"`` names one episode.
+even two copies of the same task — get different ``uid``; ``traj_uid`` = ``f"{uid}/{g}"`` names one episode. Each
+env is reset with ``options={"task": ..., "rollout_index": g}`` (or ``"task_index"``): an env may vary something
+across a group on purpose (a game's ``opponent_seat="rotate"`` seats the learner in seat ``g mod n``).
 
 Rewards: ``sample.reward = score - penalty`` where ``score`` is the episode reward ``R`` and ``penalty`` that
 call's format penalty (the record's per-call score), the Dr. MAS reference convention.
@@ -259,7 +261,7 @@ def _start_episodes(
             env = env_fn()
             if not slots:
                 pool.validate(env.possible_agents, _env_name(env))
-            env.reset(seed=seeds.getrandbits(31), options=options)
+            env.reset(seed=seeds.getrandbits(31), options={**options, "rollout_index": g})
             slot = _Slot(env, uids[i], f"{uids[i]}/{g}", [])
             _advance(slot)
             slots.append(slot)

@@ -14,7 +14,9 @@ validation tasks (held out from its training tasks), rebuilt from its config and
 ``OUT/validation_tasks.jsonl``. ``--swaps`` adds the other roles' models in
 each role (only models of the same base: architecture and tokenizer). Writes ``OUT/crossplay.json``,
 ``OUT/crossplay_<env>_<source>.png`` (avg@k and pass@k heatmaps), ``OUT/cells/r<i>_c<j>/`` (one ``drmas eval``
-results directory per cell) and ``OUT/leaderboard/``.
+results directory per cell) and ``OUT/leaderboard/``; for a game (e.g. ``--roles player_0,player_1``), every
+checkpoint's openskill rating from the grid's episodes, in ``crossplay.json`` and as the leaderboard's last section
+(next to each player's win rate, its avg@k).
 """
 
 from __future__ import annotations
@@ -226,6 +228,7 @@ def main(argv: list[str]) -> int:
     from drmas_train.eval.crossplay import run_crossplay, write_heatmaps
     from drmas_train.eval.evaluate import EvalInputError
     from drmas_train.eval.leaderboard import LeaderboardError, write_leaderboard
+    from drmas_train.eval.ratings import PlayerRating, ratings_markdown
     from drmas_train.eval.results import ResultsError, load_run
     from drmas_train.model.assignment import AssignmentError
     from drmas_train.model.models import ModelNotFoundError
@@ -243,11 +246,15 @@ def main(argv: list[str]) -> int:
         matrix = run_crossplay(base, plan, args.out, progress=not args.no_progress)
         pngs = write_heatmaps(matrix, args.out)
         cells = [load_run(Path(args.out) / c["result_dir"]) for row in matrix["cells"] for c in row]
-        write_leaderboard(cells, Path(args.out) / "leaderboard", title=f"cross-play of {run.name}", png=False)
+        ratings = [PlayerRating(**r) for r in matrix.get("ratings", [])]  # games: players ranked by rating
+        write_leaderboard(cells, Path(args.out) / "leaderboard", title=f"cross-play of {run.name}", png=False,
+                          ratings=ratings)  # fmt: skip
     except expected as err:  # user errors: say what is wrong, no traceback
         print(f"drmas crossplay: {err}", file=sys.stderr)
         return 2
     print(_table(matrix))
+    if ratings:
+        print(ratings_markdown(ratings), end="")
     print(f"wrote {Path(args.out) / 'crossplay.json'}, {', '.join(str(p) for p in pngs)} and "
           f"{len(cells)} results directories under {Path(args.out) / 'cells'}")  # fmt: skip
     return 0

@@ -176,13 +176,22 @@ def validation_tasks_of(args: argparse.Namespace, preset: str) -> str | None:
     """
     import drmas_envs
     from drmas_train.run.config import load_config
-    from drmas_train.run.env_setup import make_probe_env, run_validation_tasks, validation_tasks
+    from drmas_train.run.env_setup import (
+        game_opponents,
+        is_game,
+        make_probe_env,
+        run_validation_tasks,
+        validation_tasks,
+    )
 
     cfg = load_config(preset)
     if args.data or cfg.eval.every <= 0:
         return None
     if not (cfg.eval.data or cfg.env.data):  # the env's own tasks: one env, as build_run builds it
         env = make_probe_env(cfg, lambda: drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs)))
+        if is_game(env):  # one task, the rules: the hands (k) vary, and the run validated per opponent
+            return (f"a game: its one task, --k hands (the run validated on {cfg.eval.k} hands against each of "
+                    f"{', '.join(game_opponents(cfg))}; --env-kwarg opponent=NAME picks this evaluation's)")  # fmt: skip
         tasks, _ = validation_tasks(cfg, env.tasks, env)
         own = {env.tasks[i].task_id for i in range(min(cfg.eval.size, len(env.tasks)))}
         if not tasks or {t.task_id for t in tasks} == own:

@@ -36,6 +36,11 @@ class ValidationConfig:
     before_train: bool = False
     """also evaluate the initial weights, logged as iteration 0 (when ``every`` > 0 and not resuming); the
     reference's ``trainer.val_before_train=True`` (run_math.sh:100)."""
+    opponents: list[str] | None = None
+    """games only (:mod:`drmas_envs.games`): validate against each of these fixed opponents (the env's
+    ``opponent`` argument, e.g. ``[random-v0, cfr-v0]``), ``k`` episodes each, and log per role the mean return
+    and win/draw/loss rates with standard errors (``val/<opponent>/<role>/...``, docs/games.md); null = the
+    training env as configured (its own opponent, or self-play, logged as ``val/self-play/...``)."""
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``eval.<field>``), the bad value and what is accepted."""
@@ -43,3 +48,7 @@ class ValidationConfig:
         require(self.k >= 1 and self.size >= 1, "eval.k and eval.size must be >= 1")
         require(self.temperature >= 0, f"eval.temperature must be >= 0 (0 = greedy), got {self.temperature}")
         require(0 < self.top_p <= 1, f"eval.top_p must be in (0, 1], got {self.top_p}")
+        require(self.opponents is None or (len(self.opponents) > 0 and all(isinstance(o, str) and o
+                                                                          for o in self.opponents)),
+                f"eval.opponents must be null or a non-empty list of opponent names (e.g. [random-v0]), "
+                f"got {self.opponents!r}")  # fmt: skip

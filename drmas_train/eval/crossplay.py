@@ -11,7 +11,9 @@ entry whose ``agent_models`` say which checkpoint played each role.
 Outputs of :func:`run_crossplay` / :func:`write_heatmaps` (``out_dir``):
 
 * ``crossplay.json``: the players, and per cell its results directory, label, ``agent_models`` and metrics
-  (avg@k and pass@k with their standard errors over tasks, per env and data source);
+  (avg@k and pass@k with their standard errors over tasks, per env and data source); for a game (result rows with
+  per-seat returns), ``ratings``: every player's openskill rating from the grid's episodes, each a match of its
+  row player against its column player (:mod:`drmas_train.eval.ratings`), best first;
 * ``crossplay_<env>_<source>.png``: heatmaps of avg@k (value ± SE in every cell) and pass@k;
 * ``cells/``: the results directories (``drmas leaderboard <out>/cells`` ranks them).
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from drmas_train.eval.evaluate import EvalConfig, evaluate
+from drmas_train.eval.ratings import crossplay_matches, rate_matches
 from drmas_train.eval.results import ResultsError, config_hash, load_run
 
 __all__ = ["Player", "CrossplayPlan", "cell_config", "run_crossplay", "write_heatmaps", "SCHEMA"]
@@ -126,14 +129,17 @@ def run_crossplay(
     """
     out = Path(out_dir)
     cells: list[list[dict[str, Any]]] = []
+    episodes: list[list[list[dict[str, Any]]]] = []  # per cell, its result rows (games: the ratings' matches)
     for i in range(len(plan.rows)):
-        row = []
+        row, played = [], []
         for j in range(len(plan.cols)):
             folder = out / "cells" / f"r{i}_c{j}"
             run = _cell(base, plan, i, j, folder, progress)
             row.append({"result_dir": str(folder.relative_to(out)), "label": run.summary["label"],
                         "agent_models": run.summary["agent_models"], "metrics": _metrics(run.summary)})  # fmt: skip
+            played.append(run.episodes)
         cells.append(row)
+        episodes.append(played)
     matrix = {
         "schema": SCHEMA,
         "roles": {"rows": plan.row_role, "cols": plan.col_role},
@@ -147,6 +153,9 @@ def run_crossplay(
         "sampling": base.sampling,
         "cells": cells,
     }
+    matches = crossplay_matches(matrix, episodes)  # games only: every episode is a match of a row and a col player
+    if matches:
+        matrix["ratings"] = [r.to_dict() for r in rate_matches(matches)]
     out.mkdir(parents=True, exist_ok=True)
     (out / "crossplay.json").write_text(json.dumps(matrix, indent=2, default=str) + "\n")
     return matrix

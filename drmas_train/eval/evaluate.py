@@ -223,7 +223,8 @@ def _play_scripted(env: Any, policy: Callable[[Any, str, random.Random], str], t
     raw = getattr(env, "unwrapped", env)  # scripted policies read the bare env (the oracle reads its task)
     rng = random.Random(seed)
     policies = {a: (lambda obs, a=a: policy(raw, a, rng)) for a in raw.possible_agents}
-    episode = play_episode(env, policies, seed=seed, options={"task_index": task_index}, max_calls=max_calls)
+    options = {"task_index": task_index, "rollout_index": sample_index}  # the sample's place in its group, as rollout()
+    episode = play_episode(env, policies, seed=seed, options=options, max_calls=max_calls)
     return _Played(episode, sample_index, seed, time.perf_counter() - t0)
 
 

@@ -519,16 +519,24 @@ def to_json(tables: dict[str, Table]) -> dict[str, Any]:
 
 
 def write_leaderboard(
-    runs: Sequence[RunResult], out_dir: str | Path, *, title: str = "drmas leaderboard", png: bool = True
+    runs: Sequence[RunResult], out_dir: str | Path, *, title: str = "drmas leaderboard", png: bool = True,
+    ratings: Sequence[Any] | None = None,
 ) -> dict[str, Path]:
     """Rank ``runs`` and write Markdown, HTML, JSON and (with ``png``) one PNG per suite into ``out_dir``.
 
+    ``ratings`` (:class:`~drmas_train.eval.ratings.PlayerRating`, from a game's cross-play): the players ranked by
+    rating, with their win rate (their avg@k), draw and loss rates and return, as a last section of the Markdown
+    and HTML pages and in ``ratings.json``.
+
     Returns:
-        name -> path of every file written (``"markdown"``, ``"html"``, ``"json"``, ``"png:<suite>"``).
+        name -> path of every file written (``"markdown"``, ``"html"``, ``"json"``, ``"png:<suite>"``,
+        ``"ratings"``).
 
     Raises:
         LeaderboardError: see :func:`build_tables`.
     """
+    from drmas_train.eval.ratings import ratings_html, ratings_markdown
+
     tables = build_tables(runs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -537,8 +545,15 @@ def write_leaderboard(
         "html": out / "leaderboard.html",
         "json": out / "leaderboard.json",
     }
-    written["markdown"].write_text(to_markdown(tables, title), encoding="utf-8")
-    written["html"].write_text(to_html(tables, title), encoding="utf-8")
+    page = to_html(tables, title)
+    markdown = to_markdown(tables, title)
+    if ratings:
+        markdown += "\n" + ratings_markdown(ratings)
+        page = page.replace("<script>", ratings_html(ratings) + "\n<script>", 1)
+        written["ratings"] = out / "ratings.json"
+        written["ratings"].write_text(json.dumps([r.to_dict() for r in ratings], indent=2) + "\n", encoding="utf-8")
+    written["markdown"].write_text(markdown, encoding="utf-8")
+    written["html"].write_text(page, encoding="utf-8")
     written["json"].write_text(json.dumps(to_json(tables), indent=2) + "\n", encoding="utf-8")
     if png:
         for suite, t in tables.items():

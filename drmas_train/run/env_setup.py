@@ -20,7 +20,8 @@ from drmas_train.run.config import ConfigError, TrainConfig, presets_for_env
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["env_generated_tasks", "held_out_tasks", "is_procedural", "load_env_tasks", "make_probe_env", "require_task_files", "run_validation_tasks",
+__all__ = ["SELF_PLAY", "env_generated_tasks", "game_notes", "game_opponents", "game_validation_envs", "held_out_tasks", "is_game",
+           "is_procedural", "load_env_tasks", "make_probe_env", "require_task_files", "run_validation_tasks",
            "validation_tasks"]
 
 DATA_FORMS = ("a JSONL/JSON/Parquet file path, 'reasoning_gym:<dataset>' (e.g. reasoning_gym:gsm_symbolic), "
@@ -127,6 +128,11 @@ def validation_tasks(
     if cfg.eval.every <= 0:
         return None, []
     notes: list[tuple[int, str]] = []
+    if env is not None and is_game(env) and not cfg.eval.data:  # one task (the rules): episodes, not tasks, vary
+        val_tasks = [tasks[i] for i in range(len(tasks))]
+        notes.append((logging.INFO, f"validation: {cfg.eval.k} episodes of the game (eval.k) against each of "
+                                    f"{', '.join(game_opponents(cfg))}, the same seeds at every validation"))  # fmt: skip
+        return val_tasks, notes
     spec = cfg.eval.data or cfg.env.data
     key = "eval.data" if cfg.eval.data else "env.data"
     val_src = load_env_tasks(cfg, spec, key=key, seed=cfg.seed + 10_000, size=1000) if spec else tasks
@@ -146,6 +152,84 @@ def validation_tasks(
             notes.append((logging.WARNING, f"validation reads the training data ({source}): its {len(val_tasks)} "
                                            "tasks are not held out; set eval.data to other problems"))  # fmt: skip
     return val_tasks, notes
+
+
+#: the name of a game validation without a fixed opponent (every seat played by the trained models)
+SELF_PLAY = "self-play"
+
+
+def is_game(env: Any) -> bool:
+    """Whether ``env`` gives each agent its own episode reward (``metadata["per_agent_rewards"]``: the games)."""
+    return bool(getattr(env, "metadata", {}).get("per_agent_rewards"))
+
+
+def game_opponents(cfg: TrainConfig) -> list[str]:
+    """The names of a game run's validations: ``eval.opponents``, else the training env's own opponent
+    (``env.kwargs.opponent``), else :data:`SELF_PLAY`."""
+    if cfg.eval.opponents:
+        return list(cfg.eval.opponents)
+    return [str(cfg.env.kwargs.get("opponent") or SELF_PLAY)]
+
+
+def game_validation_envs(cfg: TrainConfig, env_fn: Callable[..., Any], env: Any) -> dict[str, Callable[[], Any]]:
+    """A game run's validation envs, one factory per :func:`game_opponents` name; empty for other envs.
+
+    Each is the training env with ``opponent`` set to the name (``None`` for :data:`SELF_PLAY`) and, unless
+    ``env.kwargs`` names one, ``opponent_seat="rotate"``: the validation's ``eval.k`` episodes play each seat in
+    equal shares (:class:`~drmas_envs.games.openspiel_env.OpenSpielEnv`).
+
+    Args:
+        env_fn: ``(**kwargs) -> env``: the training env's factory, ``kwargs`` overriding ``env.kwargs``.
+        env: an env built from the run's config (the probe).
+
+    Raises:
+        ConfigError: ``eval.opponents`` on an env whose agents share one reward, or an opponent the game does not
+            accept (the env's message lists those it does).
+    """
+    if not is_game(env):
+        if cfg.eval.opponents:
+            raise ConfigError(f"eval.opponents={list(cfg.eval.opponents)} is for games (an env whose seats get their "
+                              f"own returns, docs/games.md); env.id={cfg.env.id!r} gives every agent one reward")  # fmt: skip
+        return {}
+    out: dict[str, Callable[[], Any]] = {}
+    for name in game_opponents(cfg):
+        kwargs: dict[str, Any] = {"opponent": None if name == SELF_PLAY else name}
+        if kwargs["opponent"] is not None and "opponent_seat" not in cfg.env.kwargs:
+            kwargs["opponent_seat"] = "rotate"
+        try:
+            env_fn(**kwargs)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"eval.opponents: {name!r}: {err}") from None
+        out[name] = lambda kw=kwargs: env_fn(**kw)
+    return out
+
+
+def game_notes(cfg: TrainConfig, env: Any) -> list[tuple[int, str]]:
+    """Warnings about a game run's advantages (empty for other envs): in self-play (every seat an agent) a
+    trajectory unit pooled over the seats (grouping ``prompt`` with trajectory units: ``grpo``, ``rloo``, ...) is
+    the mean of every seat's call scores, and all its calls, both seats', get its one advantage: in a zero-sum game
+    the seats' returns cancel in that mean when they made as many calls, and otherwise it follows the seat that
+    called more (Kuhn poker pass-bet-call: ``(2 R_0 + R_1) / 3 = R_0 / 3``), so one seat is pushed toward the other's
+    result. Per-agent grouping (``drmas``) or call units keep each seat's own return.
+
+    Returns:
+        ``[(logging level, message), ...]``.
+    """
+    from drmas_train.algorithm.advantages import effective_grouping
+    from drmas_train.algorithm.grouping import cell
+
+    a = cfg.algorithm
+    grouping = effective_grouping(a.estimator, a.grouping)
+    if not is_game(env) or cfg.env.kwargs.get("opponent") or grouping is None:
+        return []
+    per_agent, units = cell(grouping, a.units)
+    if per_agent or units != "trajectory":
+        return []
+    return [(logging.WARNING, f"self-play with algorithm.estimator={a.estimator!r} (grouping {grouping!r}, trajectory "
+                              "units): all calls of a hand, both seats', get one advantage from the mean of the "
+                              "seats' returns, which cancel in a zero-sum game or push one seat toward the other's "
+                              "result; use algorithm.estimator=drmas (per-agent grouping), algorithm.units=call, or "
+                              "a fixed opponent (env.kwargs.opponent)")]  # fmt: skip
 
 
 def run_validation_tasks(cfg: TrainConfig) -> list[Any] | None:
@@ -208,7 +292,7 @@ def make_probe_env(cfg: TrainConfig, env_fn: Callable[[], Any]) -> Any:
         if foreign:
             keys = ", ".join("env.data" if k == "data" else f"env.kwargs.{k}" for k in foreign)
             takes = ", ".join(sorted(accepted - {"render_mode"}))
-            data_note = "" if "data" in accepted else " (it reads its tasks from env.kwargs, so set env.data=null)"
+            data_note = " (it takes no env.data: set env.data=null)" if "data" in foreign else ""
             raise ConfigError(
                 f"env.id={env_id!r} does not take {keys} (left from a config written for another env?); "
                 f"it takes: {takes}{data_note}.{_preset_hint(env_id)}"

@@ -219,6 +219,28 @@ PACING_PANELS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
 )
 
 
+def _plot_game_validation(ax: Any, every: Mapping[str, list[tuple[int, float]]]) -> None:
+    """Games: on the reward panel, each opponent's validation return (``val/<opponent>/all/return``, dashed, ± its
+    ``_se``), and the latest paired return gain over iteration 0 (``val/<opponent>/return_gain`` ± ``_se``)."""
+    lines = []
+    for k in sorted(k for k in every if k.startswith("val/") and k.endswith("/all/return") and k.count("/") == 3):
+        opponent = k.split("/")[1]
+        xs, ys = zip(*every[k], strict=False)
+        ax.plot(xs, ys, marker="s", linestyle="--", label=f"validation return vs {opponent}")
+        se = dict(every.get(k + "_se", []))
+        errs = [se.get(x, 0.0) for x in xs]
+        if any(errs):
+            ax.errorbar(xs, ys, yerr=errs, fmt="none", ecolor=ax.lines[-1].get_color(), capsize=0)
+        gains, gain_se = every.get(f"val/{opponent}/return_gain"), dict(every.get(f"val/{opponent}/return_gain_se", []))
+        if gains:
+            at, value = gains[-1]
+            lines.append(f"return gain vs {opponent}, iteration 0 -> {at}: {value:+.3f} ± {gain_se.get(at, 0.0):.3f}")
+    if lines:
+        ax.set_title("reward per agent (mean), validation return")
+        ax.text(0.02, 0.97, "\n".join(lines) + " (paired SE)", transform=ax.transAxes, va="top", fontsize=9,
+                bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})  # fmt: skip
+
+
 def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None = None) -> Path:
     """PNG over iterations: accuracy (train ``rollout/accuracy`` and validation ``val/avg@k``), reward mean per agent,
     and pre-clip grad norm per model with, dashed on a second axis, how far each update moved its weights
@@ -233,7 +255,9 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
     Validation points exist only at the iterations where it ran; they are drawn as markers joined by a line, with
     their standard error over tasks (``val/avg@k_stderr``) as error bars. The latest paired held-out gain over
     iteration 0 (``val/avg@k_gain`` ± ``val/avg@k_gain_stderr``, the run's headline figure) is written in the
-    accuracy panel, and ``title`` (e.g. preset, estimator and model) above the panels.
+    accuracy panel, and ``title`` (e.g. preset, estimator and model) above the panels. A game run's validation
+    return per opponent (``val/<opponent>/all/return`` ± SE) and its paired gain over iteration 0 go on the reward
+    panel.
 
     Raises:
         ValueError: the file holds no rows.
@@ -289,6 +313,7 @@ def plot_run(metrics_path: str | Path, out_png: str | Path, *, title: str | None
         ax_a.text(0.02, 0.97, f"held-out {key.split('/')[1]} gain, iteration 0 -> {at}:\n{value:+.3f} ± {se:.3f} (paired SE)",
                   transform=ax_a.transAxes, va="top", fontsize=9, bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
     ax_r.set(title="reward per agent (mean)", xlabel="iteration", ylabel="reward")
+    _plot_game_validation(ax_r, every)
     ax_g.set(title="pre-clip grad norm per model (dashed: update size)", xlabel="iteration", ylabel="L2 norm")
     updates = {k: pts for k, pts in every.items() if k.startswith("loss/") and k.endswith("/update_rel")}
     if updates:  # how far each update moved the weights: ~0 with a non-zero grad norm = steps rounded away

@@ -52,6 +52,7 @@ class RunState:
     versions: Any = None  # PolicyVersions: each trained model's update count (drmas_train.run.policy_versions)
     async_snapshot: Any = None  # run.mode async: the loop's state at the end of the last step, for checkpoints
     env_step: str = "round"  # the env's metadata["reference_env_step"] (GiGPO's discounted step returns)
+    game_envs: dict[str, Any] = dataclasses.field(default_factory=dict)  # games: validation name -> env factory
     started: float = dataclasses.field(default_factory=time.perf_counter)  # this process's start
     stalled_warned: set[str] = dataclasses.field(default_factory=set)  # models already warned of a stalled update
 
@@ -134,6 +135,8 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     from drmas_train.model.models import ModelNotFoundError
     from drmas_train.run.checkpoint import load_checkpoint
     from drmas_train.run.env_setup import (
+        game_notes,
+        game_validation_envs,
         load_env_tasks,
         make_probe_env,
         require_task_files,
@@ -153,13 +156,15 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     tasks = load_env_tasks(cfg)
     env_kwargs = dict(cfg.env.kwargs) | ({"data": tasks} if tasks is not None else {})
 
-    def env_fn():
-        return drmas_envs.make(cfg.env.id, **env_kwargs)
+    def env_fn(**overrides: Any) -> Any:
+        return drmas_envs.make(cfg.env.id, **(env_kwargs | overrides))
 
     probe = make_probe_env(cfg, env_fn)
     validate_config(cfg, list(probe.possible_agents))  # before any model loads
     tasks = probe.tasks if tasks is None else tasks
     val_tasks, notes = validation_tasks(cfg, tasks, probe)  # notes: logged once the run starts (a refused one prints only its error)
+    game_envs = game_validation_envs(cfg, env_fn, probe) if cfg.eval.every > 0 else {}  # games: one per opponent
+    notes += game_notes(cfg, probe)
 
     configure_threads(cfg.run.num_threads)  # 0 = the cores available; warns once if others keep them busy now
     specs = model_specs(cfg)
@@ -245,7 +250,7 @@ def build_run(cfg: TrainConfig, *, resume: bool = False, loader: Any = None, ove
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return RunState(cfg, run_dir, env_fn, tasks, val_tasks, pool, optimizers, ref_models, sampler, metrics_logger, start,
                     updater, elapsed_before, kl_control, versions=versions,
-                    env_step=probe.metadata.get("reference_env_step", "round"))  # fmt: skip
+                    env_step=probe.metadata.get("reference_env_step", "round"), game_envs=game_envs)  # fmt: skip
 
 
 def _restored_versions(cfg: TrainConfig, updater: Any, state: dict[str, Any], iteration: int) -> PolicyVersions:
@@ -402,16 +407,32 @@ def _validate(run: RunState, iteration: int) -> dict[str, float]:
 
     When the run validated its initial weights (``eval.before_train``), later validations also report the paired
     gain over them: ``val/avg@k_gain`` = mean over tasks of (score now - score at iteration 0), with its standard
-    error ``val/avg@k_gain_stderr`` (paired, so the tasks' difficulty spread cancels)."""
+    error ``val/avg@k_gain_stderr`` (paired, so the tasks' difficulty spread cancels).
+
+    Games (``run.game_envs``: one env per opponent, :func:`~drmas_train.run.env_setup.game_validation_envs`):
+    ``eval.k`` episodes against each opponent, on the seed :data:`GAME_VALIDATION_SEED` at every validation (the
+    same deals and seats), logged per role as ``val/<opponent>/<role>/{return,win,draw,loss}`` with ``_se``
+    (:func:`drmas_train.eval.game_metrics.role_metrics`), plus ``val/<opponent>/return_gain`` and ``_se``: the
+    mean over episodes of (return now - return at iteration 0), paired by episode. ``val/avg@k`` is the first
+    opponent's win rate of the learning seats' reference (``EpisodeRecord.won``)."""
     from drmas_train.backends.base import SamplingParams
     from drmas_train.collect.rollout import rollout
+    from drmas_train.eval.game_metrics import episode_returns, paired_gain, role_metrics
     from drmas_train.eval.metrics import avg_at_k, mean_stderr, pass_at_k_tasks
 
     e, r = run.cfg.eval, run.cfg.rollout
     sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, top_k=e.top_k, max_new_tokens=r.max_new_tokens)
-    result = rollout(run.env_fn, run.val_tasks, e.k, run.pool, sampling, seed=10_000_019 + iteration,
-                     max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=run.cfg.run.progress,
-                     label="validation")  # fmt: skip
+
+    def play(env_fn: Any, seed: int) -> Any:
+        return rollout(env_fn, run.val_tasks, e.k, run.pool, sampling, seed=seed, max_prompt_tokens=r.max_prompt_tokens,
+                       truncation=r.truncation, progress=run.cfg.run.progress, label="validation")  # fmt: skip
+
+    games: dict[str, Any] = {}
+    if run.game_envs:  # one rollout per opponent, the same seeds at every validation: paired by episode
+        games = {name: play(env_fn, GAME_VALIDATION_SEED) for name, env_fn in run.game_envs.items()}
+        result = next(iter(games.values()))  # avg@k: the first opponent's (the learner's wins)
+    else:
+        result = play(run.env_fn, 10_000_019 + iteration)
     by_task: dict[str, list[bool]] = {}
     for t in result.trajectories:
         by_task.setdefault(t.task_id, []).append(bool(t.won))
@@ -422,15 +443,46 @@ def _validate(run: RunState, iteration: int) -> dict[str, float]:
     scores = {task: sum(f) / len(f) for task, f in by_task.items()}
     folder = run.run_dir / "validation"
     folder.mkdir(exist_ok=True)
-    (folder / f"iter_{iteration:06d}.json").write_text(json.dumps({"iteration": iteration, "k": e.k, "scores": scores}))
+    returns = {name: episode_returns([t.episode for t in res.trajectories]) for name, res in games.items()}
+    saved: dict[str, Any] = {"iteration": iteration, "k": e.k, "scores": scores}
+    if returns:
+        saved["game_returns"] = returns  # per opponent, each episode's return (its learners' mean), in seed order
+    (folder / f"iter_{iteration:06d}.json").write_text(json.dumps(saved))
     first = folder / "iter_000000.json"
-    if iteration > 0 and first.is_file():
-        before = json.loads(first.read_text())["scores"]
-        common = [t for t in scores if t in before]
+    before = json.loads(first.read_text()) if iteration > 0 and first.is_file() else None
+    if before is not None:
+        common = [t for t in scores if t in before["scores"]]
         if len(common) >= 2:
-            gain = mean_stderr([scores[t] - before[t] for t in common])
+            gain = mean_stderr([scores[t] - before["scores"][t] for t in common])
             out.update({f"val/avg@{e.k}_gain": gain.value, f"val/avg@{e.k}_gain_stderr": gain.stderr or 0.0})
+    for name, res in games.items():  # games: per role and pooled, against each opponent
+        out.update(role_metrics([t.episode for t in res.trajectories], f"val/{name}"))
+        earlier = (before or {}).get("game_returns", {}).get(name)
+        if earlier is not None and len(earlier) == len(returns[name]) >= 2:
+            value, se = paired_gain(returns[name], earlier)
+            out.update({f"val/{name}/return_gain": value, f"val/{name}/return_gain_se": se or 0.0})
     return out
+
+
+def _game_validation_lines(iteration: int, m: Mapping[str, float], names: list[str]) -> list[str]:
+    """One console line per game validation: the pooled return and win/draw/loss rates ± SE, and the paired
+    return gain over iteration 0 when known."""
+    from drmas_train.eval.game_metrics import stats_line
+
+    lines = []
+    for name in names:
+        if f"val/{name}/all/return" not in m:
+            continue
+        line = f"iter {iteration}: validation vs {name}: {stats_line(m, f'val/{name}')}"
+        if f"val/{name}/return_gain" in m:
+            line += f" (return gain over iteration 0: {m[f'val/{name}/return_gain']:+.3f} ± " \
+                    f"{m[f'val/{name}/return_gain_se']:.3f}, paired by episode)"
+        lines.append(line)
+    return lines
+
+
+#: the seed of every game validation's rollout: each validation plays the same deals and seats (paired gains)
+GAME_VALIDATION_SEED = 10_000_019
 
 
 def _validation_line(iteration: int, m: dict[str, float]) -> str:
@@ -513,7 +565,8 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
         first = _validate(run, 0)  # the initial weights, as the reference's val_before_train
         run.logger.log(0, first)
-        logger.info("%s", _validation_line(0, first))
+        for line in _game_validation_lines(0, first, list(run.game_envs)) or [_validation_line(0, first)]:
+            logger.info("%s", line)
     try:
         (_train_async if cfg.run.mode == "async" else _train_sync)(run, guard, health, bar)
     finally:
@@ -547,6 +600,7 @@ def _train_sync(run: RunState, guard: Any, health: Any, bar: Any) -> None:
             save_samples(result.samples, run.run_dir / "samples" / f"iter_{it + 1:06d}.jsonl")
         t1 = time.perf_counter()
         metrics = dict(collected)
+        metrics.update(_game_metrics(result))  # games: each learning seat's return and win/draw/loss rates
         if greedy is not None:
             metrics["rollout/greedy_score_mean"] = float(np.mean([t.score for t in greedy.trajectories]))
         try:
@@ -561,6 +615,21 @@ def _train_sync(run: RunState, guard: Any, health: Any, bar: Any) -> None:
         it += 1
         bar.update(1)
         guard.release(it)  # iteration complete; a Ctrl-C received meanwhile raises here
+
+
+def _is_game_rollout(result: Any) -> bool:
+    from drmas_train.eval.game_metrics import is_game_episode
+
+    return bool(result.trajectories) and all(is_game_episode(t.episode) for t in result.trajectories)
+
+
+def _game_metrics(result: Any) -> dict[str, float]:
+    """``game/<role>/{return,win,draw,loss}`` (with ``_se`` and ``episodes``) of a rollout of game episodes: each
+    learning seat's game return (before format penalties) and results
+    (:func:`drmas_train.eval.game_metrics.role_metrics`); empty when an episode is not a game's."""
+    from drmas_train.eval.game_metrics import role_metrics
+
+    return role_metrics([t.episode for t in result.trajectories], "game") if _is_game_rollout(result) else {}
 
 
 def _iteration_seed(cfg: TrainConfig, it: int) -> int:
@@ -647,7 +716,9 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: An
     run.logger.log(it + 1, metrics)
     logger.info("%s", _summary_line(it + 1, metrics))
     if any(k.startswith("val/avg@") for k in metrics):
-        logger.info("%s", _validation_line(it + 1, metrics))
+        for line in (_game_validation_lines(it + 1, metrics, list(run.game_envs))
+                     or [_validation_line(it + 1, metrics)]):  # games: per opponent instead of avg@k over 1 task
+            logger.info("%s", line)
     if _save_due(cfg, it):
         _save(run, it + 1)
 

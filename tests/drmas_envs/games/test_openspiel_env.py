@@ -193,15 +193,45 @@ def test_prompt_shows_the_view_and_the_legal_actions():
     ("kwargs", "message"),
     [
         ({"opponent": "mcts-v0"}, "opponent must be None (self-play) or one of ['random-v0', 'cfr-v0'] for kuhn_poker, got 'mcts-v0'"),
-        ({"opponent": "random-v0", "opponent_seat": 2}, "opponent_seat must be 'random' or a player index in [0, 2), got 2"),
-        ({"opponent_seat": True}, "opponent_seat must be 'random' or a player index in [0, 2), got True"),
+        ({"opponent": "random-v0", "opponent_seat": 2}, "opponent_seat must be 'random', 'rotate' or a player index in [0, 2), got 2"),
+        ({"opponent_seat": True}, "opponent_seat must be 'random', 'rotate' or a player index in [0, 2), got True"),
+        ({"opponent": "random-v0", "opponent_seat": "alternate"},
+         "opponent_seat must be 'random', 'rotate' or a player index in [0, 2), got 'alternate'"),
         ({"invalid_action": "skip"}, "invalid_action must be one of ('random', 'forfeit'), got 'skip'"),
         ({"system_prompt": 3}, "system_prompt must be a str or None, got int"),
+        ({"user_prompt": 3}, "user_prompt must be a str, got int"),
+        ({"user_prompt": "Your card: {card}"},
+         "user_prompt: KeyError 'card': a template may use only the fields {title}, {player}, {num_players}, "
+         "{rules}, {view_kind}, {view}, {legal} (literal braces doubled)"),
     ],
 )
 def test_bad_arguments_are_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         drmas_envs.make("openspiel/kuhn_poker-v0", **kwargs)
+
+
+def test_a_user_prompt_template_replaces_the_user_message():
+    env = drmas_envs.make("openspiel/kuhn_poker-v0", opponent="random-v0", opponent_seat=1, system_prompt="",
+                          user_prompt="{title}, player {player}: view {view}; moves {legal} {{literal}}")  # fmt: skip
+    env.reset(seed=0)
+    obs = env.observe("player_0")
+    view = env.unwrapped._state.information_state_string(0)
+    assert obs["messages"] == ({"role": "user", "content": f"Kuhn poker, player 0: view {view}; moves Pass, Bet {{literal}}"},)
+
+
+def test_rotate_seats_the_learner_by_rollout_index_and_falls_back_to_the_seed():
+    env = drmas_envs.make("openspiel/kuhn_poker-v0", opponent="random-v0", opponent_seat="rotate")
+    policies = {"player_0": lambda o: "?", "player_1": lambda o: "?"}
+    for seed in range(3):  # whatever the seed, rollout g of a group plays seat g mod 2
+        learners = [play_episode(env, policies, seed=seed, options={"rollout_index": g}).metrics["learners"]
+                    for g in range(5)]  # fmt: skip
+        assert learners == [["player_0"], ["player_1"], ["player_0"], ["player_1"], ["player_0"]]
+    random_seat = drmas_envs.make("openspiel/kuhn_poker-v0", opponent="random-v0")  # no index: as "random"
+    for seed in range(6):
+        assert play_episode(env, policies, seed=seed) == play_episode(random_seat, policies, seed=seed)
+    with pytest.raises(ValueError, match=re.escape("options['rollout_index'] must be an int >= 0 (the episode's "
+                                                   "index in its group), got -1")):  # fmt: skip
+        env.reset(seed=0, options={"rollout_index": -1})
 
 
 def test_importing_games_without_open_spiel_names_the_extra(monkeypatch):

@@ -56,3 +56,15 @@ def test_oracle_refuses_a_game_in_one_line(tmp_path, capsys):
         "drmas eval: baseline 'oracle' plays a task's ground truth, and game env 'openspiel_kuhn_poker_v0' has none; "
         "use --policy random (the env then plays a random legal move for each invalid reply) or --policy llm\n"
     )
+
+
+def test_eval_with_the_game_quickstart_preset_plays_its_opponent_and_rotates_seats(tmp_path, capsys):
+    out = tmp_path / "kuhn"
+    argv = ["--preset", "quickstart_kuhn", "--policy", "random", "--k", "8", "--no-progress", "--out", str(out)]
+    assert eval_cmd.main(argv) == 0
+    err = capsys.readouterr().err
+    assert ("drmas eval: a game: its one task, --k hands (the run validated on 128 hands against each of random-v0; "
+            "--env-kwarg opponent=NAME picks this evaluation's)") in err
+    rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(rows) == 8 and {row["opponent"] for row in rows} == {"random-v0"}
+    assert [row["learners"] for row in rows] == [["player_0"], ["player_1"]] * 4  # opponent_seat: rotate

@@ -81,3 +81,24 @@ def test_an_async_run_gets_a_pacing_row_per_model_and_a_sync_run_does_not(tmp_pa
     assert lines["answer generation"] == [0.0, 1.0, 2.0] and lines["router"] == [1.0, 2.0, 3.0]
     sync = [{k: v for k, v in r.items() if not k.startswith("async/")} for r in rows]
     assert len(_figure_of(monkeypatch, sync, tmp_path).axes) == 3
+
+
+@pytest.mark.slow
+def test_a_game_run_plots_its_validation_return_and_paired_gain(tmp_path, monkeypatch):
+    rows = [
+        {"iteration": 0, "val/random-v0/all/return": -0.1, "val/random-v0/all/return_se": 0.2},
+        {"iteration": 1, "reward/player_0/mean": 0.1, "reward/player_1/mean": -0.2, "loss/shared/grad_norm": 0.5,
+         "val/random-v0/all/return": 0.3, "val/random-v0/all/return_se": 0.1, "val/random-v0/return_gain": 0.4,
+         "val/random-v0/return_gain_se": 0.15, "val/random-v0/player_0/return": 0.5},
+    ]  # fmt: skip
+    fig = _figure_of(monkeypatch, rows, tmp_path)
+    reward = fig.axes[1]
+    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in reward.lines}
+    assert lines == {"player_0": ([1], [0.1]), "player_1": ([1], [-0.2]),
+                     "validation return vs random-v0": ([0, 1], [-0.1, 0.3])}  # fmt: skip
+    bars = [c for c in reward.collections if len(c.get_segments())]
+    ends = [float(v) for seg in bars[0].get_segments() for p in seg for v in p]  # +- one SE at each validation
+    assert ends == pytest.approx([0.0, -0.3, 0.0, 0.1, 1.0, 0.2, 1.0, 0.4])
+    assert reward.get_title() == "reward per agent (mean), validation return"
+    assert [t.get_text() for t in reward.texts] == [
+        "return gain vs random-v0, iteration 0 -> 1: +0.400 ± 0.150 (paired SE)"]
