@@ -264,7 +264,7 @@ class RayUpdater:
     # -- per-model pacing (run.pacing: per_model): one model's update at a time, polled ------------------------------
     def start_model(self, model_id: str, samples: list[Any], adv: np.ndarray, seed: int) -> list[Any]:
         """Submit the update of ``model_id`` on ``samples`` (its own, ``adv`` row-aligned) to its ranks without
-        waiting: the ranks' refs, for :meth:`finished` and :meth:`finish_model`. ``distributed.colocate: false``
+        waiting: the ranks' refs, for :meth:`ready` and :meth:`finish_model`. ``distributed.colocate: false``
         only (groups on bundles of their own; the config refuses per-model pacing otherwise).
 
         Raises:
@@ -274,17 +274,18 @@ class RayUpdater:
             return group.start_update(samples, adv, seed, self.settings)
 
     @staticmethod
-    def finished(refs: list[Any]) -> bool:
-        """Whether every rank of a :meth:`start_model` is done (never waits)."""
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-        return len(ready) == len(refs)
+    def ready(pending: list[list[Any]], *, block: bool) -> list[bool]:
+        """Which :meth:`start_model` calls of ``pending`` are finished on all of their ranks; with ``block``, after
+        waiting until at least one is (at once when ``pending`` is empty)."""
 
-    @staticmethod
-    def wait_any(pending: list[list[Any]]) -> None:
-        """Block until at least one of the :meth:`start_model` calls ``pending`` is done on all of its ranks."""
+        def finished(refs: list[Any]) -> bool:
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            return len(ready) == len(refs)
+
         left = [r for refs in pending for r in refs]
-        while pending and not any(RayUpdater.finished(refs) for refs in pending):
+        while block and pending and not any(finished(refs) for refs in pending):
             _, left = ray.wait(left, num_returns=1)  # one more rank done (a done one returns at once)
+        return [finished(refs) for refs in pending]
 
     def finish_model(self, model_id: str, refs: list[Any]) -> dict[str, float]:
         """Wait for a :meth:`start_model` and push its weights to the model's engines (unless :attr:`defer_pushes`).
