@@ -213,6 +213,9 @@ class BufferedProducer:
             ``run.generation_restarts`` allows, or while putting a batch; its error is the cause.
     """
 
+    pacing: InFlightUpdates | None
+    """the models' updates in flight (``run.pacing: per_model``), else None."""
+
     def __init__(self, run: RunState, guard: SigintGuard) -> None:
         from drmas_train.algorithm.advantages import effective_grouping
         from drmas_train.algorithm.grouping import POOLED_GROUPINGS
