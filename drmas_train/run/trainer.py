@@ -27,6 +27,7 @@ from drmas_train.run.metrics_log import batch_metrics
 from drmas_train.run.policy_versions import PolicyVersions, staleness_metrics
 from drmas_train.run.producers import Batch, Producer, build_producer
 from drmas_train.run.state import RunState, iteration_seed, save_due, validation_due
+from drmas_train.run.validation import validate, validation_line
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -241,52 +242,6 @@ def _update_models(run: RunState, samples: list[Any], adv: np.ndarray, seed: int
     return run.updater.update(samples, adv, seed)
 
 
-def _validate(run: RunState, iteration: int) -> dict[str, float]:
-    """avg@k (with its standard error over tasks) and unbiased pass@k (``drmas_train.eval.metrics``) of the current
-    policy on the held-out tasks; per-task scores go to ``run_dir/validation/iter_<N>.json``.
-
-    When the run validated its initial weights (``eval.before_train``), later validations also report the paired
-    gain over them: ``val/avg@k_gain`` = mean over tasks of (score now - score at iteration 0), with its standard
-    error ``val/avg@k_gain_stderr`` (paired, so the tasks' difficulty spread cancels)."""
-    from drmas_train.backends.base import SamplingParams
-    from drmas_train.collect.rollout import rollout
-    from drmas_train.eval.metrics import avg_at_k, mean_stderr, pass_at_k_tasks
-
-    e, r = run.cfg.eval, run.cfg.rollout
-    sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p, top_k=e.top_k, max_new_tokens=r.max_new_tokens)
-    result = rollout(run.env_fn, run.val_tasks, e.k, run.pool, sampling, seed=10_000_019 + iteration,
-                     max_prompt_tokens=r.max_prompt_tokens, truncation=r.truncation, progress=run.cfg.run.progress,
-                     label="validation")  # fmt: skip
-    by_task: dict[str, list[bool]] = {}
-    for t in result.trajectories:
-        by_task.setdefault(t.task_id, []).append(bool(t.won))
-    flags = list(by_task.values())
-    avg = avg_at_k(flags)
-    out = {f"val/avg@{e.k}": avg.value, f"val/avg@{e.k}_stderr": avg.stderr or 0.0,
-           f"val/pass@{e.k}": pass_at_k_tasks([(len(f), sum(f)) for f in flags], e.k).value}  # fmt: skip
-    scores = {task: sum(f) / len(f) for task, f in by_task.items()}
-    folder = run.run_dir / "validation"
-    folder.mkdir(exist_ok=True)
-    (folder / f"iter_{iteration:06d}.json").write_text(json.dumps({"iteration": iteration, "k": e.k, "scores": scores}))
-    first = folder / "iter_000000.json"
-    if iteration > 0 and first.is_file():
-        before = json.loads(first.read_text())["scores"]
-        common = [t for t in scores if t in before]
-        if len(common) >= 2:
-            gain = mean_stderr([scores[t] - before[t] for t in common])
-            out.update({f"val/avg@{e.k}_gain": gain.value, f"val/avg@{e.k}_gain_stderr": gain.stderr or 0.0})
-    return out
-
-
-def _validation_line(iteration: int, m: dict[str, float]) -> str:
-    """``validation avg@k = v ± se`` (and the paired gain over iteration 0 when known)."""
-    key = next(k for k in m if k.startswith("val/avg@") and "_" not in k.split("@", 1)[1])
-    line = f"iter {iteration}: validation {key[4:]} = {m[key]:.3f} ± {m[key + '_stderr']:.3f}"
-    if key + "_gain" in m:
-        line += f" (gain over iteration 0: {m[key + '_gain']:+.3f} ± {m[key + '_gain_stderr']:.3f}, paired)"
-    return line
-
-
 def _save(run: RunState, iteration: int) -> Path:
     """An atomic checkpoint of ``iteration``: the updater writes the models' part, the run the rest."""
     from drmas_train.run.checkpoint import save_checkpoint
@@ -356,9 +311,9 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
                            cfg.algorithm.grouping)  # fmt: skip
     bar = progress_bar(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
-        first = _validate(run, 0)  # the initial weights, as the reference's val_before_train
+        first = validate(run, 0)  # the initial weights, as the reference's val_before_train
         run.logger.log(0, first)
-        logger.info("%s", _validation_line(0, first))
+        logger.info("%s", validation_line(0, first))
     try:
         _loop(run, build_producer(run, guard), guard, health, bar)
     finally:
@@ -484,7 +439,7 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: He
     _warn_stalled_updates(run, it + 1, metrics)
     t2 = time.perf_counter()
     if validation_due(cfg, it):
-        metrics.update(_validate(run, it + 1))
+        metrics.update(validate(run, it + 1))
     t3 = time.perf_counter()
     metrics.update({"perf/rollout_s": t1 - t0, "perf/update_s": t2 - t1, "perf/eval_s": t3 - t2,
                     "perf/generate_s": timing.get("generate", 0.0), "perf/iteration_s": t3 - t0,
@@ -492,7 +447,7 @@ def _end_iteration(run: RunState, it: int, metrics: dict[str, float], health: He
     run.logger.log(it + 1, metrics)
     logger.info("%s", _summary_line(it + 1, metrics))
     if any(k.startswith("val/avg@") for k in metrics):
-        logger.info("%s", _validation_line(it + 1, metrics))
+        logger.info("%s", validation_line(it + 1, metrics))
     if save_due(cfg, it):
         _save(run, it + 1)
 
