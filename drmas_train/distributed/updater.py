@@ -1,4 +1,4 @@
-"""``RayUpdater``: the trainer's updater seam (``drmas_train.run.updater``) over Ray worker groups.
+"""``RayUpdater``: the trainer's ``Updater`` protocol (``drmas_train.run.updater``) over Ray worker groups.
 
 :meth:`RayUpdater.build` starts or joins Ray (:func:`~drmas_train.distributed.cluster.init_ray`), sizes one
 :class:`~drmas_train.distributed.resource_pool.ResourcePool`, starts one
@@ -105,8 +105,9 @@ def driver_parameter_count(pool: Any, model_ids: list[str]) -> int:
 
 
 class RayUpdater:
-    """PPO updates on Ray worker groups (``distributed.enabled: true``); same methods as the single-process
-    ``LocalUpdater`` (``drmas_train.run.updater``).
+    """PPO updates on Ray worker groups (``distributed.enabled: true``): the ``Updater`` protocol of
+    ``drmas_train.run.updater``, as the single-process ``LocalUpdater``, plus its ``PacedUpdater`` capability
+    (:meth:`start_model`, :meth:`ready`, :meth:`finish_model`: per-model pacing).
 
     Args:
         settings: the run's update settings. dist: the ``distributed`` section. pool: the driver's
