@@ -84,7 +84,8 @@ def child(arm: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from drmas_train.backends.factory import build_models
     from drmas_train.run.config import load_config
-    from drmas_train.run.trainer import model_specs, train
+    from drmas_train.run.models import model_specs
+    from drmas_train.run.trainer import train
 
     logging.disable(logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:

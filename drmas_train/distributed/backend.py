@@ -1,7 +1,7 @@
 """The ``ray`` backend: the :class:`~drmas_train.backends.base.Backend` protocol over a model's worker group.
 
 The driver renders and truncates the prompts with the model's tokenizer (exactly as the in-process ``hf``
-backend does), then :meth:`WorkerGroup.generate_ids` spreads the rows over the generation workers. The lock-step
+backend does), then the group's engines (:meth:`GenerationEngines.generate_ids`) spread the rows over the generation workers. The lock-step
 rollout (:func:`drmas_train.collect.rollout.rollout`) is unchanged: it makes one batched call per model per step.
 """
 
@@ -36,4 +36,4 @@ class RayBackend(ChatTokenBackend):
             raise ValueError("every prompt must have at least one token")
         if not prompt_ids:
             return []
-        return self.group.generate_ids(prompt_ids, sampling)
+        return self.group.engines.generate_ids(prompt_ids, sampling)  # faults re-issued and counted there

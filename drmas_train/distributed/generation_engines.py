@@ -71,7 +71,7 @@ class GenerationEngines:
     """The generation engines of model ``model_id`` on ``bundles`` of ``pool``.
 
     Args:
-        model_id, spec, pool, bundles, share, loader, threads: as :class:`~drmas_train.distributed.train_ranks.TrainRanks`.
+        model_id, spec, pool, bundles, share, loader, threads: as :class:`~drmas_train.distributed.worker_group.WorkerGroup`.
         max_restarts: engine restarts (all engines of the model, the whole run). backend_kwargs: HF engine arguments.
         engine: ``hf`` | ``vllm`` (GPU bundles, or CPU ones with ``vllm_allow_cpu``). engine_kwargs: ``vllm.LLM``
             arguments (``engine="vllm"``). sleep_level: ``LLM.sleep`` level of the vLLM engines (1 or 2).

@@ -1,4 +1,4 @@
-"""``RayUpdater``: the trainer's updater seam (``drmas_train.run.updater``) over Ray worker groups.
+"""``RayUpdater``: the trainer's ``Updater`` protocol (``drmas_train.run.updater``) over Ray worker groups.
 
 :meth:`RayUpdater.build` starts or joins Ray (:func:`~drmas_train.distributed.cluster.init_ray`), sizes one
 :class:`~drmas_train.distributed.resource_pool.ResourcePool`, starts one
@@ -105,8 +105,9 @@ def driver_parameter_count(pool: Any, model_ids: list[str]) -> int:
 
 
 class RayUpdater:
-    """PPO updates on Ray worker groups (``distributed.enabled: true``); same methods as the single-process
-    ``LocalUpdater`` (``drmas_train.run.updater``).
+    """PPO updates on Ray worker groups (``distributed.enabled: true``): the ``Updater`` protocol of
+    ``drmas_train.run.updater``, as the single-process ``LocalUpdater``, plus its ``PacedUpdater`` capability
+    (:meth:`start_model`, :meth:`ready`, :meth:`finish_model`: per-model pacing).
 
     Args:
         settings: the run's update settings. dist: the ``distributed`` section. pool: the driver's
@@ -185,15 +186,11 @@ class RayUpdater:
         group_args: dict[str, tuple[tuple, dict]] = {}
         keys = dict(critic_keys or {}) if critic is not None else {}
         homes = critic_models(keys, {a: pool.model_of(a) for a in keys})  # critic_id -> model_id
-        critic_optim = {} if critic is None else {"lr": critic.lr, "weight_decay": critic.weight_decay,
-                                                  "betas": optim.betas, "warmup_steps": critic.warmup_steps,
-                                                  "grad_clip": critic.grad_clip, "offload": optim.offload}  # fmt: skip
+        critic_optim = {} if critic is None else critic.optimizer_kwargs(betas=optim.betas, offload=optim.offload)
         try:
             for mid in model_ids:
                 spec = pool.models[mid].spec
-                optim_kwargs = {"lr": spec.optimizer.get("lr", optim.lr), "weight_decay": spec.optimizer.get("weight_decay", optim.weight_decay),
-                                "betas": optim.betas, "warmup_steps": optim.warmup_steps, "grad_clip": optim.grad_clip,
-                                "offload": optim.offload}  # fmt: skip
+                optim_kwargs = optim.optimizer_kwargs(spec.optimizer)
                 group_args[mid] = ((mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate)), dict(
                     share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(settings.loss.kl_coef) or keep_reference,
                     strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
@@ -264,7 +261,7 @@ class RayUpdater:
     # -- per-model pacing (run.pacing: per_model): one model's update at a time, polled ------------------------------
     def start_model(self, model_id: str, samples: list[Any], adv: np.ndarray, seed: int) -> list[Any]:
         """Submit the update of ``model_id`` on ``samples`` (its own, ``adv`` row-aligned) to its ranks without
-        waiting: the ranks' refs, for :meth:`finished` and :meth:`finish_model`. ``distributed.colocate: false``
+        waiting: the ranks' refs, for :meth:`ready` and :meth:`finish_model`. ``distributed.colocate: false``
         only (groups on bundles of their own; the config refuses per-model pacing otherwise).
 
         Raises:
@@ -274,17 +271,18 @@ class RayUpdater:
             return group.start_update(samples, adv, seed, self.settings)
 
     @staticmethod
-    def finished(refs: list[Any]) -> bool:
-        """Whether every rank of a :meth:`start_model` is done (never waits)."""
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-        return len(ready) == len(refs)
+    def ready(pending: list[list[Any]], *, block: bool) -> list[bool]:
+        """Which :meth:`start_model` calls of ``pending`` are finished on all of their ranks; with ``block``, after
+        waiting until at least one is (at once when ``pending`` is empty)."""
 
-    @staticmethod
-    def wait_any(pending: list[list[Any]]) -> None:
-        """Block until at least one of the :meth:`start_model` calls ``pending`` is done on all of its ranks."""
+        def finished(refs: list[Any]) -> bool:
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            return len(ready) == len(refs)
+
         left = [r for refs in pending for r in refs]
-        while pending and not any(RayUpdater.finished(refs) for refs in pending):
+        while block and pending and not any(finished(refs) for refs in pending):
             _, left = ray.wait(left, num_returns=1)  # one more rank done (a done one returns at once)
+        return [finished(refs) for refs in pending]
 
     def finish_model(self, model_id: str, refs: list[Any]) -> dict[str, float]:
         """Wait for a :meth:`start_model` and push its weights to the model's engines (unless :attr:`defer_pushes`).

@@ -63,7 +63,7 @@ class SigintGuard:
         return self._received
 
     def attach(self, run: Any) -> None:
-        """Start tracking ``run`` (a :class:`~drmas_train.run.trainer.RunState`) at its start iteration."""
+        """Start tracking ``run`` (a :class:`~drmas_train.run.state.RunState`) at its start iteration."""
         self.run, self.done = run, run.start_iteration
         self.sampler_state = run.sampler.state_dict()
 

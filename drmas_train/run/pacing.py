@@ -10,18 +10,22 @@ advancing at its own pace; every sample still stays within its model's staleness
 Steps that validate or checkpoint, the last step, and a Ctrl-C wait for every update (a barrier), so a checkpoint
 never holds half an update.
 
-:class:`InFlightUpdates` is the bookkeeping: which model's update runs since which step, polled through the
-updater's :meth:`~drmas_train.distributed.updater.RayUpdater.start_model` / ``finished`` / ``wait_any`` /
-``finish_model``.
+:class:`InFlightUpdates` is the bookkeeping: which model's update runs since which step, polled through what the
+:class:`~drmas_train.run.updater.PacedUpdater` protocol declares (``start_model``, ``ready``, ``finish_model``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from drmas_train.run.policy_versions import PolicyVersions
+    from drmas_train.run.updater import PacedUpdater
 
 __all__ = ["InFlight", "InFlightUpdates", "WAITS"]
 
@@ -33,8 +37,8 @@ WAITS = ("none", "any", "all")
 class InFlight:
     """One model's update that was started and not yet finished."""
 
-    refs: list[Any]
-    """the ranks' refs (:meth:`RayUpdater.start_model`)."""
+    refs: Any
+    """what :meth:`PacedUpdater.start_model` returned (Ray: the ranks' refs)."""
     step: int
     """the 0-based step that started it."""
     started: float = field(default_factory=time.perf_counter)
@@ -45,13 +49,44 @@ class InFlightUpdates:
     """The updates of per-model pacing that run while the loop goes on.
 
     Args:
-        updater: the run's :class:`~drmas_train.distributed.updater.RayUpdater` (or an object with its
-            ``start_model``, ``finished``, ``wait_any`` and ``finish_model``).
+        updater: the run's updater, with the :class:`~drmas_train.run.updater.PacedUpdater` capability
+            (``RayUpdater``).
+        at_start: each trained model's version when the loop started (``pacing/<m>/updates`` counts from it).
     """
 
-    def __init__(self, updater: Any) -> None:
+    def __init__(self, updater: PacedUpdater, at_start: Mapping[str, int] | None = None) -> None:
         self.updater = updater
+        self.at_start = dict(at_start or {})  # each trained model's version when the loop started
         self.running: dict[str, InFlight] = {}  # model id -> its update in flight
+
+    def finish_step(self, versions: PolicyVersions, step: int, wait: str, metrics: dict[str, float]) -> set[str]:
+        """The end of the updates of ``step`` (0-based): collect those done after ``wait`` (:meth:`collect`), advance
+        their models' ``versions``, and add to ``metrics`` their update metrics, the versions and per trained model
+        ``pacing/<m>/updated`` (1: an update of it finished in this step), ``pacing/<m>/in_flight`` (1: its update
+        still runs after the step), ``pacing/<m>/updates`` (the updates this process added to the weights:
+        ``version/<m>`` minus its value when the loop started, :attr:`at_start`) and, for each finished one,
+        ``pacing/<m>/update_s`` (its wall-clock seconds, start to collection) and ``pacing/<m>/update_steps`` (steps
+        it spanned: 1 = started and finished in this step).
+
+        Returns:
+            the models whose versions advanced.
+
+        Raises:
+            DistributedError: a training rank died.
+        """
+        done = self.collect(wait)
+        now = time.perf_counter()
+        for mid, (update_metrics, flight) in done.items():
+            metrics.update(update_metrics)
+            metrics[f"pacing/{mid}/update_s"] = now - flight.started
+            metrics[f"pacing/{mid}/update_steps"] = float(step - flight.step + 1)
+        versions.advance(set(done))
+        for mid, start in self.at_start.items():
+            metrics[f"pacing/{mid}/updated"] = float(mid in done)
+            metrics[f"pacing/{mid}/in_flight"] = float(self.busy(mid))
+            metrics[f"pacing/{mid}/updates"] = float(versions[mid] - start)
+        metrics.update(versions.metrics())
+        return set(done)
 
     def busy(self, model_id: str) -> bool:
         """Whether ``model_id``'s update is still running (it takes no groups this step)."""
@@ -87,7 +122,7 @@ class InFlightUpdates:
         collected too, so equally fast models stay in step.
 
         Returns:
-            model id -> (its update's metrics, as :meth:`RayUpdater.finish_model`, and its :class:`InFlight`), in
+            model id -> (its update's metrics, as :meth:`PacedUpdater.finish_model`, and its :class:`InFlight`), in
             model id order; each collected model is idle again.
 
         Raises:
@@ -97,12 +132,12 @@ class InFlightUpdates:
         """
         if wait not in WAITS:
             raise ValueError(f"wait={wait!r}; accepted: {', '.join(WAITS)}")
-        if wait == "any":
-            self.updater.wait_any([f.refs for f in self.running.values()])
+        flights = sorted(self.running.items())
+        finished = [True] * len(flights) if wait == "all" else \
+            self.updater.ready([f.refs for _, f in flights], block=wait == "any")  # fmt: skip
         done = {}
-        for mid in sorted(self.running):
-            flight = self.running[mid]
-            if wait == "all" or self.updater.finished(flight.refs):
+        for (mid, flight), over in zip(flights, finished, strict=True):
+            if over:
                 del self.running[mid]
                 done[mid] = (self.updater.finish_model(mid, flight.refs), flight)
         return done

@@ -341,7 +341,7 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
 def _precision_rows(cfg: TrainConfig, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per trained model: its compute dtype, the dtype of its trained weights, and each iteration's update size
     (``update_rel``) and share of weights with a gradient that changed (``update_changed_frac``)."""
-    from drmas_train.run.trainer import model_specs
+    from drmas_train.run.models import model_specs
 
     trained = {s.model_id: s for s in model_specs(cfg).values() if s.trainable}  # the specs the run loaded
     return {mid: {"compute_dtype": spec.dtype,

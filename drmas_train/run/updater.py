@@ -1,29 +1,19 @@
 """The updater seam: who runs the PPO update of each trainable model (and of PPO's critics), and writes / reads
 their training state.
 
-:class:`LocalUpdater` is the single-process path (the default): :func:`drmas_train.algorithm.update.ppo_update` on the
-driver's own models, then ``backend.sync_weights``. :class:`drmas_train.distributed.updater.RayUpdater` has the
-same methods and runs the update on each model's Ray worker group. Both take the run's
-:class:`~drmas_train.algorithm.settings.UpdateSettings` whole. The trainer only calls::
-
-    updater.world_size(model_id)                           # ranks that train a model (batch padding)
-    updater.start_iteration(iteration)                     # what the run is doing (fault messages)
-    updater.critic_keys                                    # agent_id -> critic_id of PPO's critics ({}: none)
-    values = updater.critic_values(samples)                # PPO with a critic: V_t of every response token
-    logprobs, ref = updater.kl_logprobs(samples)           # the KL in the reward: pi_old and pi_ref per token
-    metrics = updater.update_critics(samples, values, returns, seed)   # {"critic/<critic_id>/<metric>": ...}
-    metrics = updater.update(samples, advantages, seed)    # {"loss/<model_id>/<metric>": value, ...}
-    updater.resume_generation()                            # or this, in an iteration without a policy update
-    updater.write_state(folder)                            # the models' part of a checkpoint (run/checkpoint.py)
-    updater.read_state(folder)                             # --resume, or a rewind after a lost training rank
-    updater.recover(err, checkpoint)                       # after a DistributedError from update: rebuild or raise
-    updater.close()
+:class:`Updater` is the protocol the training loop calls; :class:`LocalUpdater` is the single-process path (the
+default): :func:`drmas_train.algorithm.update.ppo_update` on the driver's own models, then ``backend.sync_weights``.
+:class:`drmas_train.distributed.updater.RayUpdater` runs the update on each model's Ray worker group and also has the
+:class:`PacedUpdater` capability (``run.pacing: per_model``: one model's update started, polled and finished on its
+own). Both take the run's :class:`~drmas_train.algorithm.settings.UpdateSettings` whole, and :func:`build_updater`
+builds the one the config asks for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -43,7 +33,105 @@ from drmas_train.run.checkpoint import (
     save_model_states,
 )
 
-__all__ = ["LocalUpdater"]
+if TYPE_CHECKING:
+    from drmas_train.model.assignment import ModelPool
+    from drmas_train.run.config import TrainConfig
+
+__all__ = ["Updater", "PacedUpdater", "LocalUpdater", "build_updater"]
+
+
+class Updater(Protocol):
+    """What the training loop asks of an updater (:class:`LocalUpdater`, ``RayUpdater``)."""
+
+    critic_keys: dict[str, str]
+    """``agent_id -> critic_id`` of PPO's critics ({}: none)."""
+
+    @property
+    def model_ids(self) -> list[str]:
+        """The trainable model ids."""
+
+    def world_size(self, model_id: str) -> int:
+        """Ranks that train ``model_id`` (the batch padding's multiple)."""
+
+    def start_iteration(self, iteration: int) -> None:
+        """What the run is doing (1-based iteration), for fault messages."""
+
+    def critic_values(self, samples: list[Any]) -> list[np.ndarray]:
+        """PPO with a critic: ``V_t`` of every response token of every sample (B arrays)."""
+
+    def kl_logprobs(self, samples: list[Any]) -> tuple[list[list[float]], list[list[float]]]:
+        """The KL in the reward: π_old's and π_ref's log-probs of every response token (B rows each)."""
+
+    def update_critics(self, samples: list[Any], old_values: list[np.ndarray], returns: list[np.ndarray],
+                       seed: int) -> dict[str, float]:  # fmt: skip
+        """One update of every critic: ``{"critic/<critic_id>/<metric>": value}``."""
+
+    def update(self, samples: list[Any], adv: np.ndarray, seed: int) -> dict[str, float]:
+        """One PPO update per trainable model on its own samples, the new weights pushed to its generation:
+        ``{"loss/<model_id>/<metric>": value, ...}``."""
+
+    def resume_generation(self) -> None:
+        """After an iteration without a policy update (a critic's warm-up): the engines generate again."""
+
+    def write_state(self, folder: Path) -> None:
+        """The models' part of a checkpoint (:mod:`drmas_train.run.checkpoint` writes the rest)."""
+
+    def read_state(self, folder: Path) -> None:
+        """Inverse of :meth:`write_state` (``--resume``, or a rewind after a lost training rank)."""
+
+    def recover(self, err: Exception, checkpoint: Path | None) -> None:
+        """After a ``DistributedError`` from an update: rebuild what died from ``checkpoint``, or raise ``err``."""
+
+    def close(self) -> None:
+        """Release what the updater started (Ray worker groups, a Ray started for the run)."""
+
+
+class PacedUpdater(Updater, Protocol):
+    """An updater that can run one model's update on its own, started now and collected later
+    (``run.pacing: per_model``, :class:`~drmas_train.run.pacing.InFlightUpdates`). ``Pending`` is whatever
+    :meth:`start_model` returns (Ray: the ranks' refs)."""
+
+    def start_model(self, model_id: str, samples: list[Any], adv: np.ndarray, seed: int) -> Any:
+        """Submit ``model_id``'s update on its ``samples`` (``adv`` row-aligned) without waiting."""
+
+    def ready(self, pending: Sequence[Any], *, block: bool) -> list[bool]:
+        """Which of the :meth:`start_model` calls ``pending`` are finished; with ``block``, after waiting until at
+        least one is (returns at once when ``pending`` is empty)."""
+
+    def finish_model(self, model_id: str, pending: Any) -> dict[str, float]:
+        """Wait for a :meth:`start_model` and push its weights: its metrics, as :meth:`Updater.update`'s."""
+
+
+def build_updater(cfg: TrainConfig, pool: ModelPool, settings: UpdateSettings, critic_keys: dict[str, str], *,
+                  loader: Any = None) -> Updater:  # fmt: skip
+    """The updater of ``cfg``: ``RayUpdater`` when ``distributed.enabled`` (its worker groups started), else
+    :class:`LocalUpdater`.
+
+    Raises:
+        ConfigError: no trainable model; see also ``RayUpdater.build``.
+        DistributedError: ``distributed.enabled`` without Ray installed, or a worker group failed to start.
+    """
+    from drmas_train.errors import ConfigError
+
+    trainable = [mid for mid, loaded in pool.models.items() if loaded.spec.trainable]
+    if not trainable:
+        raise ConfigError("no trainable model: set trainable: true on at least one model")
+    if not cfg.distributed.enabled:
+        return LocalUpdater.build(cfg, pool, settings, critic_keys)
+    from drmas_train.distributed.errors import DistributedError
+
+    try:
+        from drmas_train.distributed.updater import RayUpdater
+    except ImportError as err:
+        raise DistributedError(f"distributed.enabled needs Ray: pip install 'drmas[train]' ({err})") from err
+    hf_engines = cfg.distributed.generation_engine == "hf"
+    return RayUpdater.build(
+        settings, cfg.distributed, cfg.optim, pool, trainable, seed=cfg.seed,
+        backend_kwargs={"autocast": cfg.rollout.autocast} if hf_engines else None,
+        max_model_len=cfg.rollout.max_prompt_tokens + cfg.rollout.max_new_tokens,
+        keep_reference=bool(cfg.algorithm.reward_kl_coef), critic=cfg.critic if critic_keys else None,
+        critic_keys=critic_keys, **({"loader": loader} if loader is not None else {}),
+    )  # fmt: skip
 
 
 class LocalUpdater:
@@ -61,6 +149,36 @@ class LocalUpdater:
                  critics: dict[str, tuple[Any, Any]] | None = None, critic_keys: dict[str, str] | None = None) -> None:  # fmt: skip
         self.settings, self.pool, self.optimizers, self.ref_models = settings, pool, optimizers, ref_models
         self.critics, self.critic_keys = dict(critics or {}), dict(critic_keys or {})
+
+    @classmethod
+    def build(cls, cfg: TrainConfig, pool: ModelPool, settings: UpdateSettings, critic_keys: dict[str, str]) -> LocalUpdater:
+        """One optimizer per trainable model of ``pool`` (``optim`` with the model's ``lr`` / ``weight_decay``
+        overrides; a LoRA adapter's own parameters only), a frozen reference per loaded model when the loss or
+        the reward has a KL term, and the critics of ``critic_keys``."""
+        from drmas_train.algorithm.critic import build_critic, critic_models
+        from drmas_train.algorithm.optim import build_optimizer
+        from drmas_train.model.adapters import adapter_parameters
+        from drmas_train.model.precision import frozen_copy, warn_low_precision_master
+
+        a, o = cfg.algorithm, cfg.optim
+        optimizers, ref_models, refs = {}, {}, {}  # refs: one frozen copy per loaded model (adapters share theirs)
+        for model_id, loaded in pool.models.items():
+            if not loaded.spec.trainable:
+                continue
+            if o.master_dtype == "model" and not (loaded.spec.lora or loaded.spec.adapter):
+                warn_low_precision_master(model_id, loaded.spec.dtype, o.optimizer_kwargs(loaded.spec.optimizer)["lr"])
+            optimizers[model_id] = build_optimizer(
+                model_id, loaded.model, **o.optimizer_kwargs(loaded.spec.optimizer),
+                params=adapter_parameters(loaded) if loaded.spec.adapter is not None else None,
+            )  # fmt: skip
+            if a.kl_coef or a.reward_kl_coef:  # a new LoRA adapter starts at B = 0: its base is its reference
+                if id(loaded.model) not in refs:  # held in the compute dtype, as the reference's ref model
+                    refs[id(loaded.model)] = frozen_copy(loaded.model)
+                ref_models[model_id] = refs[id(loaded.model)]
+        critics = {cid: build_critic(pool.models[mid].model, cid, cfg.critic, betas=o.betas, seed=cfg.seed,
+                                     offload=o.offload)
+                   for cid, mid in critic_models(critic_keys, cfg.agents).items()}  # fmt: skip
+        return cls(settings, pool, optimizers, ref_models, critics, critic_keys)
 
     @property
     def model_ids(self) -> list[str]:

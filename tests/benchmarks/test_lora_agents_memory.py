@@ -15,7 +15,7 @@ bench = load_script("benchmarks/perf/lora_agents_memory.py")
 @pytest.mark.parametrize("arm", bench.ARMS)
 def test_every_arm_is_a_valid_math_team(tmp_path, arm):
     from drmas_train.run.config import load_config
-    from drmas_train.run.trainer import model_specs
+    from drmas_train.run.models import model_specs
 
     yaml = tmp_path / "arm.yaml"
     yaml.write_text(json.dumps({"extends": "quickstart_math", **bench.arm_models(arm, "tiny-llama")}))

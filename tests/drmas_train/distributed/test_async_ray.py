@@ -118,7 +118,7 @@ def test_a_training_rank_killed_in_async_mode_rewinds_with_the_buffer_losing_and
         consumed.append(ids(samples))
         updaters.append(run.updater)
         if len(consumed) == 3:
-            os.kill(run.updater.groups["m2"].ranks.pids()[0], signal.SIGKILL)
+            os.kill(run.updater.groups["m2"].rank_pids()[0], signal.SIGKILL)
         return update(run, samples, adv, seed)
 
     monkeypatch.setattr(trainer_module, "_update_models", kill_then_update)
@@ -305,7 +305,7 @@ def test_per_model_pacing_loses_a_rank_while_the_other_model_trains_and_rewinds_
         consumed.append(ids(samples))
         if len(consumed) == 3:
             hold.hold()  # m2's update of this step waits: it is still running when m's loss is found
-            os.kill(self.updater.groups["m"].ranks.pids()[0], signal.SIGKILL)
+            os.kill(self.updater.groups["m"].rank_pids()[0], signal.SIGKILL)
         return start(self, samples, adv, seed, step)
 
     def record_abandon(self):

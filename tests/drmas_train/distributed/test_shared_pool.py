@@ -51,7 +51,7 @@ def test_two_models_train_on_one_shared_pool(ray_cluster, tmp_path, monkeypatch)
     def kill_then_update(run, samples, adv, seed):  # the 1st update after the resume loses m2's rank 0
         seen.append((seed, run.updater))
         if len(seen) == 1:
-            os.kill(run.updater.groups["m2"].ranks.pids()[0], signal.SIGKILL)
+            os.kill(run.updater.groups["m2"].rank_pids()[0], signal.SIGKILL)
         return update(run, samples, adv, seed)
 
     monkeypatch.setattr(trainer_module, "_update_models", kill_then_update)

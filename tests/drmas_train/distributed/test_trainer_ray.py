@@ -131,7 +131,7 @@ def test_dead_training_rank_stops_with_a_clear_error(runs):
 
     local, dist = runs
     group = dist.pool.backends["m"].group
-    os.kill(group.ranks.pids()[1], signal.SIGKILL)
+    os.kill(group.rank_pids()[1], signal.SIGKILL)
     samples = _greedy(dist, seed=5)  # generation workers are separate actors: still fine
     with pytest.raises(DistributedError, match=r"(?s)a training rank of model 'm' died during the update; the step is lost\. "
                        r"Resume from the latest complete checkpoint with `drmas train --resume`") as lost:  # fmt: skip

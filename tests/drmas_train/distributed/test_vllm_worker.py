@@ -506,15 +506,14 @@ def fake_ray(monkeypatch):
     # the distributed modules import ray (and ray.util, its exception types) at their top: import them with the
     # real one first (a test run alone would otherwise import them under the fake), then point their names at it
     import drmas_train.distributed.generation_engines as engines
-    import drmas_train.distributed.train_ranks as ranks
     import drmas_train.distributed.updater as updater
     import drmas_train.distributed.worker_group as wg
 
     monkeypatch.setitem(sys.modules, "ray", ray)
     monkeypatch.setitem(sys.modules, "ray.exceptions", exceptions)
-    for module in (engines, ranks, updater, wg):
+    for module in (engines, updater, wg):
         monkeypatch.setattr(module, "ray", ray)
-    for module in (engines, ranks):
+    for module in (engines, wg):
         monkeypatch.setattr(module, "RayActorError", FakeActorError)
     monkeypatch.setattr(engines, "ActorUnavailableError", FakeUnavailable)
     return ray
@@ -553,7 +552,7 @@ def make_group(model_id="m", gpus=1, **kwargs):
 
 @pytest.fixture
 def fake_ranks(monkeypatch, fake_ray, fake_vllm):
-    import drmas_train.distributed.train_ranks as ranks
+    import drmas_train.distributed.worker_group as ranks
 
     monkeypatch.setattr(ranks, "TrainWorker", FakeTrainRank)
 
@@ -564,7 +563,7 @@ def test_one_colocated_iteration_sleeps_before_the_update_and_wakes_then_loads_a
     # start-up: the engine sleeps at once, then the first push wakes it (weights, load, KV cache)
     assert EVENTS == [("sleep", 1), ("wake_up", ("weights",)), ("load", n), ("reset_prefix_cache",), ("wake_up", ("kv_cache",))]
     EVENTS.clear()
-    gens = group.generate_ids([[4, 6], [5, 7]], SamplingParams(max_new_tokens=2, seed=1))
+    gens = group.engines.generate_ids([[4, 6], [5, 7]], SamplingParams(max_new_tokens=2, seed=1))
     assert len(gens) == 2 and EVENTS == [("generate", 2)]
     EVENTS.clear()
     group.update([object()] * 3, np.zeros(3), 0, UpdateSettings.defaults())
@@ -575,7 +574,7 @@ def test_one_colocated_iteration_sleeps_before_the_update_and_wakes_then_loads_a
     start = tiny_loader(ModelSpec("tiny"), "m").model.state_dict()
     assert all(torch.equal(loaded[k], v + 1) for k, v in start.items())  # the updated weights, not the old ones
     EVENTS.clear()
-    group.generate_ids([[4, 6]], SamplingParams(max_new_tokens=2, seed=1))
+    group.engines.generate_ids([[4, 6]], SamplingParams(max_new_tokens=2, seed=1))
     assert EVENTS == [("generate", 1)]
 
 
@@ -603,7 +602,7 @@ def test_a_cpu_pool_runs_vllm_only_with_the_opt_in_in_the_named_interpreter(fake
     assert EVENTS == [("update", "m", 2), ("load", n), ("reset_prefix_cache",)]
     actor.crash_on("generate_ids")
     EVENTS.clear()
-    assert len(group.generate_ids([[4, 6]], SamplingParams(max_new_tokens=2, seed=1))) == 1
+    assert len(group.engines.generate_ids([[4, 6]], SamplingParams(max_new_tokens=2, seed=1))) == 1
     assert group.engines.restarts == 1  # restarted stale (v-1), re-pushed, re-issued:
     assert EVENTS == [("load", n), ("reset_prefix_cache",), ("generate", 1)]
 
@@ -629,10 +628,10 @@ def test_a_vllm_worker_that_dies_mid_rollout_is_restarted_repushed_and_reissued(
     group = make_group(max_restarts=2)
     prompts = [[4, 6], [5, 7], [8, 9]]
     sampling = SamplingParams(max_new_tokens=3, n=2, seed=5)
-    want = [(g.prompt_ids, g.response_ids) for g in group.generate_ids(prompts, sampling)]
+    want = [(g.prompt_ids, g.response_ids) for g in group.engines.generate_ids(prompts, sampling)]
     group.engines.actors[0].crash_on("generate_ids")
     EVENTS.clear()
-    got = [(g.prompt_ids, g.response_ids) for g in group.generate_ids(prompts, sampling)]
+    got = [(g.prompt_ids, g.response_ids) for g in group.engines.generate_ids(prompts, sampling)]
     assert got == want and group.engines.restarts == 1  # every row exactly once, as without the fault
     assert group.engines.reissued_calls == 3 * 2  # the one worker's chunk: 3 prompts x n=2 rows
     n = len(tiny_state())

@@ -83,8 +83,8 @@ def test_one_base_two_adapters_train_apart_and_round_trip(tmp_path):
     params_a, params_b = adapter_parameters(a), adapter_parameters(b)
     assert len(params_a) == len(params_b) == 4  # lora_A, lora_B of q_proj and v_proj in one layer
     assert not {id(p) for p in params_a} & {id(p) for p in params_b}
-    assert [p for g in run.optimizers["m:one"].optimizer.param_groups for p in g["params"]] == params_a
-    assert [p for g in run.optimizers["m:two"].optimizer.param_groups for p in g["params"]] == params_b
+    assert [p for g in run.updater.optimizers["m:one"].optimizer.param_groups for p in g["params"]] == params_a
+    assert [p for g in run.updater.optimizers["m:two"].optimizer.param_groups for p in g["params"]] == params_b
     run.logger.close()
 
     train(cfg, loader=tiny_loader, overwrite=True)
@@ -116,7 +116,7 @@ def test_one_base_two_adapters_train_apart_and_round_trip(tmp_path):
     assert any(
         not torch.equal(weights["one"][k], weights["two"][k]) for k in weights["one"]
     )  # different weights
-    assert resumed.optimizers["m:one"].optimizer.state_dict()["state"]  # AdamW moments restored
+    assert resumed.updater.optimizers["m:one"].optimizer.state_dict()["state"]  # AdamW moments restored
     resumed.logger.close()
 
 

@@ -125,7 +125,7 @@ def test_the_paper_presets_precision_trains_every_tensor_at_lr_1e6(tmp_path):
     unchanged = [n for n, p in model.named_parameters() if torch.equal(p.detach(), before[n])]
     assert unchanged == []
     assert metrics["loss/m/update_changed_frac"] == 1.0 and 0 < metrics["loss/m/update_rel"] < 1e-4
-    state = run.optimizers["m"].optimizer.state
+    state = run.updater.optimizers["m"].optimizer.state
     assert {t.dtype for s in state.values() for k, t in s.items() if k != "step"} == {torch.float32}
     run.updater.write_state(tmp_path / "ckpt")
     saved = read_weights(tmp_path / "ckpt" / "models" / "m")

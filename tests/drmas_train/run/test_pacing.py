@@ -13,12 +13,13 @@ from drmas_train.run.pacing import InFlightUpdates
 
 
 class FakeUpdater:
-    """``start_model`` returns one ref per call; a ref is done once the test (or ``wait_any``'s schedule) says so."""
+    """``start_model`` returns one ref per call; a ref is done once the test (or a blocking ``ready``'s schedule) says
+    so."""
 
     def __init__(self, model_ids, finish_order=()):
         self.model_ids = list(model_ids)
         self.done: set[str] = set()
-        self.finish_order = list(finish_order)  # what wait_any lets finish next, one per blocking wait
+        self.finish_order = list(finish_order)  # what a blocking ready lets finish next, one per blocking wait
         self.calls = []
         self.fail: set[str] = set()
 
@@ -29,9 +30,10 @@ class FakeUpdater:
     def finished(self, refs):
         return all(r in self.done for r in refs)
 
-    def wait_any(self, pending):
-        while pending and not any(self.finished(refs) for refs in pending):
+    def ready(self, pending, *, block):
+        while block and pending and not any(self.finished(refs) for refs in pending):
             self.done.add(self.finish_order.pop(0))
+        return [self.finished(refs) for refs in pending]
 
     def finish_model(self, mid, refs):
         self.done.update(refs)  # waiting for it makes it done

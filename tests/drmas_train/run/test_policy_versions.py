@@ -108,7 +108,7 @@ def test_resume_of_a_checkpoint_without_versions_derives_them(tmp_path, caplog):
     state = torch.load(path, weights_only=True)
     del state["extra"]["policy_versions"]  # as written before drmas recorded versions
     torch.save(state, path)
-    with caplog.at_level(logging.INFO, logger="drmas_train.run.trainer"):
+    with caplog.at_level(logging.INFO, logger="drmas_train.run"):
         train(tiny_config(run_dir, "run.iterations=2"), loader=tiny_loader, resume=True)
     assert "checkpoint has no policy versions (written before drmas recorded them): derived" in caplog.text
     assert read_metrics(run_dir / "metrics.jsonl")[-1]["version/m"] == 2.0

@@ -90,18 +90,18 @@ def test_shared_vs_separate_models(tmp_path):
     from drmas_train.run.trainer import build_run
 
     run = build_run(tiny_config(tmp_path / "s"), loader=tiny_loader)
-    assert list(run.optimizers) == ["m"] and run.pool.model_of("a") == run.pool.model_of("b") == "m"
+    assert list(run.updater.optimizers) == ["m"] and run.pool.model_of("a") == run.pool.model_of("b") == "m"
     cfg = tiny_config(tmp_path / "n", "models.m2.name_or_path=tiny", "agents.b=m2", "models.m2.lr=1e-4")
     run = build_run(cfg, loader=tiny_loader)
-    assert sorted(run.optimizers) == ["m", "m2"]
+    assert sorted(run.updater.optimizers) == ["m", "m2"]
     assert run.pool.models["m"].model is not run.pool.models["m2"].model
-    assert run.optimizers["m2"].lr == 1e-4 and run.optimizers["m"].lr == 3e-3
+    assert run.updater.optimizers["m2"].lr == 1e-4 and run.updater.optimizers["m"].lr == 3e-3
     torch.set_num_threads(torch.get_num_threads())
 
 
 def test_model_specs_from_config():
     from drmas_train.run.config import load_config
-    from drmas_train.run.trainer import model_specs
+    from drmas_train.run.models import model_specs
 
     cfg = load_config("drmas_math_qwen3_4b_hetero", ["models.solver_model.lora.r=8", "models.verifier_model.lr=3e-6",
                                                      "models.solver_model.chat_template_kwargs.enable_thinking=false"])  # fmt: skip
