@@ -7,7 +7,9 @@ ranks the micro-batches are split over 2 data-parallel ranks), repeated ``--repe
 one-off start-up of the worker groups. Prints one JSON object:
 
 * ``setups.<name>``: ``startup_s``, ``rollout_s``, ``agent_calls_per_s``, ``gen_tokens_per_s``, ``update_s``,
-  ``update_tokens_per_s`` (prompt + response tokens trained per second);
+  ``update_tokens_per_s`` (prompt + response tokens trained per second); on Ray also ``publish_s`` (median): the part
+  of ``update_s`` that pushes the new weights to the generation engines (rank 0 gathers its full state dict into the
+  object store, each engine loads it), which one process does not need (its engine samples from the trained model);
 * ``ray_overhead``: ``(ray_1 - single) / single`` for rollout and update time (the cost of the actors, the object
   store and the weight push at equal work);
 * ``speedup_2_vs_1``: ``ray_1 / ray_2`` time ratios;
@@ -36,6 +38,10 @@ import tempfile
 import time
 from pathlib import Path
 
+#: setup name -> its config overrides
+SETUPS = {"single": (), "ray_1": ("distributed.enabled=true", "distributed.world_size.shared=1"),
+          "ray_2": ("distributed.enabled=true", "distributed.world_size.shared=2")}  # fmt: skip
+
 
 def _config(args, run_dir: str, *extra: str):
     from drmas_train.run.config import load_config
@@ -57,6 +63,14 @@ def _measure(run, args, fixed_samples=None) -> tuple[dict, list]:
     sampling = SamplingParams(temperature=r.temperature, max_new_tokens=r.max_new_tokens)
     tasks = [run.tasks[i] for i in range(args.tasks)]
     roll, upd, calls, tokens, samples = [], [], 0, 0, fixed_samples
+    pushes: list[float] = []
+    for group in getattr(run.updater, "groups", {}).values():  # Ray: time each weight push inside the update
+        def timed(publish=group.publish) -> None:
+            t = time.perf_counter()
+            publish()
+            pushes.append(time.perf_counter() - t)
+
+        group.publish = timed
     for k in range(args.repeats):
         t0 = time.perf_counter()
         result = rollout(run.env_fn, tasks, r.group_size, run.pool, sampling, seed=args.seed + k,
@@ -73,7 +87,9 @@ def _measure(run, args, fixed_samples=None) -> tuple[dict, list]:
     return {"rollout_s": round(rollout_s, 3), "rollout_s_runs": [round(x, 3) for x in roll],
             "agent_calls_per_s": round(calls / rollout_s, 2), "gen_tokens_per_s": round(tokens / rollout_s, 1),
             "update_s": round(update_s, 3), "update_s_runs": [round(x, 3) for x in upd],
-            "update_tokens_per_s": round(trained / update_s, 1)}, samples  # fmt: skip
+            "update_tokens_per_s": round(trained / update_s, 1),
+            **({"publish_s": round(statistics.median(pushes), 3), "publish_s_runs": [round(x, 3) for x in pushes]}
+               if pushes else {})}, samples  # fmt: skip
 
 
 def _rss_mb() -> float:
@@ -147,11 +163,15 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rank-vocab", type=int, default=65536, help="vocabulary of the rank-memory model")
+    p.add_argument("--setups", default=",".join(SETUPS), help="comma-separated setups to run (single always)")
     p.add_argument("--rank-memory-only", action="store_true", help="only the rank-memory measurement (no Ray)")
     p.add_argument("--no-rank-memory", action="store_true", help="skip the rank-memory measurement (Ray setups only; "
                    "run --rank-memory-only in its own process: after the Ray setups its spawned ranks were once seen "
                    "to hang, 2026-12-07)")  # fmt: skip
     args = p.parse_args(argv)
+    chosen = [s for s in args.setups.split(",") if s]
+    if not chosen or set(chosen) - set(SETUPS) or "single" not in chosen:
+        p.error(f"--setups {args.setups!r}: a comma-separated subset of {','.join(SETUPS)} that includes single")
     if args.rank_memory_only:
         out = {"benchmark": "distributed", "cpu_count": os.cpu_count(), "rank_memory": rank_memory(args.rank_vocab),
                "load_avg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip
@@ -169,8 +189,8 @@ def main(argv: list[str] | None = None) -> dict:
     init_ray(None, num_cpus=args.num_cpus)
     setups, samples = {}, None
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in (("single", ()), ("ray_1", ("distributed.enabled=true", "distributed.world_size.shared=1")),
-                            ("ray_2", ("distributed.enabled=true", "distributed.world_size.shared=2"))):  # fmt: skip
+        for name in chosen:
+            extra = SETUPS[name]
             t0 = time.perf_counter()
             run = build_run(_config(args, os.path.join(tmp, name), *extra))
             startup = time.perf_counter() - t0
@@ -181,17 +201,21 @@ def main(argv: list[str] | None = None) -> dict:
             setups[name]["startup_s"] = round(startup, 2)
     ray.shutdown()
     memory = None if args.no_rank_memory else rank_memory(args.rank_vocab)
-    s, r1, r2 = setups["single"], setups["ray_1"], setups["ray_2"]
+    s, r1, r2 = setups["single"], setups.get("ray_1"), setups.get("ray_2")
     out = {
         "benchmark": "distributed", "model": args.model, "tasks": args.tasks, "group_size": args.group_size,
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "cpu_count": os.cpu_count(),
-        "load_avg_1m": round(os.getloadavg()[0], 2), "setups": setups,
-        "ray_overhead": {"rollout": round((r1["rollout_s"] - s["rollout_s"]) / s["rollout_s"], 3),
-                         "update": round((r1["update_s"] - s["update_s"]) / s["update_s"], 3)},
-        "speedup_2_vs_1": {"rollout": round(r1["rollout_s"] / r2["rollout_s"], 3),
-                           "update": round(r1["update_s"] / r2["update_s"], 3)},
-        "rank_memory": memory,
+        "load_avg_1m": round(os.getloadavg()[0], 2), "setups": setups, "rank_memory": memory,
     }  # fmt: skip
+    if r1:
+        out["ray_overhead"] = {"rollout": round((r1["rollout_s"] - s["rollout_s"]) / s["rollout_s"], 3),
+                               "update": round((r1["update_s"] - s["update_s"]) / s["update_s"], 3)}  # fmt: skip
+        if "publish_s" in r1:  # the one-rank update without its weight push, against the single process's
+            out["ray_overhead"]["update_without_publish"] = round(
+                (r1["update_s"] - r1["publish_s"] - s["update_s"]) / s["update_s"], 3)
+    if r1 and r2:
+        out["speedup_2_vs_1"] = {"rollout": round(r1["rollout_s"] / r2["rollout_s"], 3),
+                                 "update": round(r1["update_s"] / r2["update_s"], 3)}  # fmt: skip
     print(json.dumps(out, indent=2))
     return out
 
