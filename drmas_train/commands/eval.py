@@ -35,6 +35,17 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _positive_int(text: str) -> int:
+    """A count flag's value (``--k``, ``--limit``, ...): an integer >= 1, else argparse's one-line error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
 def _team(text: str) -> list[tuple[str, str]]:
     """``ROLE=SOURCE[,ROLE=SOURCE...]`` -> ``[(role, source), ...]``."""
     out = []
@@ -67,27 +78,27 @@ def add_play_arguments(p: argparse.ArgumentParser, *, presets: bool = True) -> N
                      "tasks")
     p.add_argument("--env", dest="envs", action="append", default=None, metavar="ENV_ID", help=env_help)
     p.add_argument("--data", action="append", default=[], metavar="SPEC", help=data_help)
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--limit", type=_positive_int, default=None,
                    help="first N tasks of each source; default: all (a preset that validated on the env's own tasks: "
                         "its eval.size)")
-    p.add_argument("--k", type=int, default=16, help="samples per task")
+    p.add_argument("--k", type=_positive_int, default=16, help="samples per task")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (0 = greedy); default: the preset's eval.temperature, else 0.6 (the reference's)")
     p.add_argument("--top-p", type=float, default=None,
                    help="nucleus sampling mass in (0, 1]; default: the preset's eval.top_p, else 0.95 (the reference's)")
     p.add_argument("--top-k", type=int, default=-1, help="top-k sampling (-1 = off)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
+    p.add_argument("--max-new-tokens", type=_positive_int, default=None,
                    help="response length limit per agent call, in tokens; default: the preset's rollout.max_new_tokens "
                         "(4096 for the paper's math presets, 800 for search), else 256 (rollout.max_new_tokens's "
                         "default, the quickstarts' length)")
-    p.add_argument("--max-prompt-tokens", type=int, default=None,
+    p.add_argument("--max-prompt-tokens", type=_positive_int, default=None,
                    help="prompt length limit per agent call, in tokens; default: the preset's, else none; longer "
                         "prompts are cut as --truncation says")
     p.add_argument("--truncation", default=None, choices=["left", "middle", "error"],
                    help="how a prompt over --max-prompt-tokens is cut: drop its start, its middle, or refuse; default: "
                         "the preset's, else left")
     p.add_argument("--seed", type=int, default=0, help="seeds sampling and env resets (a run is reproducible)")
-    p.add_argument("--batch-tasks", type=int, default=8, help="tasks per lock-step rollout batch (policy llm)")
+    p.add_argument("--batch-tasks", type=_positive_int, default=8, help="tasks per lock-step rollout batch (policy llm)")
     p.add_argument("--env-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
                    help="extra env argument, value parsed as JSON when possible (e.g. max_loops=3)")
     p.add_argument("--chat-template-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
@@ -320,13 +331,16 @@ def report(summary: dict[str, Any]) -> str:
     """A short console table: env, data source, tasks, avg@k and pass@k (k = the run's k); for games, one line per
     role of the env's overall cell (mean return and win/draw/loss rates, ± one standard error over episodes)."""
     k = summary["k"]
-    lines = [f"{'env':<34} {'data_source':<18} {'tasks':>5} {'avg@' + str(k):>9} {'pass@' + str(k):>9}"]
+    # columns at least 34 / 18 wide, wider for a longer env id or data source (reasoning_gym/basic_arithmetic)
+    env_w = max([34, *(len(env_id) for env_id in summary["metrics"])])
+    src_w = max([18, *(len(src) for cells in summary["metrics"].values() for src in cells)])
+    lines = [f"{'env':<{env_w}} {'data_source':<{src_w}} {'tasks':>5} {'avg@' + str(k):>9} {'pass@' + str(k):>9}"]
     for env_id, cells in summary["metrics"].items():
         for src, cell in cells.items():
             est = cell["pass@k"].get(str(k))
             pass_k = "—" if est is None else f"{100 * est['value']:.1f}%"
             avg = f"{100 * cell['avg@k']['value']:.1f}%"
-            lines.append(f"{env_id:<34} {src:<18} {cell['num_tasks']:>5} {avg:>9} {pass_k:>9}")
+            lines.append(f"{env_id:<{env_w}} {src:<{src_w}} {cell['num_tasks']:>5} {avg:>9} {pass_k:>9}")
         for role, st in cells.get("overall", {}).get("roles", {}).items():
             lines.append(f"  {env_id} role {role} (n={st['episodes']}): return {_pm(st['mean_return'], st['return_se'])}, "
                          f"win {_pm(100 * st['win_rate'], _pct(st['win_se']), '%')}, "
