@@ -24,8 +24,8 @@ from typing import Any
 
 from drmas_train.commands import HelpFormatter
 
-__all__ = ["main", "build_parser", "add_play_arguments", "config_from_args", "team_models", "report", "run_settings",
-           "validation_tasks_of"]
+__all__ = ["main", "build_parser", "add_play_arguments", "check_counts", "config_from_args", "team_models", "report",
+           "run_settings", "validation_tasks_of"]
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -33,17 +33,6 @@ def _key_value(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key, value
-
-
-def _positive_int(text: str) -> int:
-    """A count flag's value (``--k``, ``--limit``, ...): an integer >= 1, else argparse's one-line error."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
 
 
 def _team(text: str) -> list[tuple[str, str]]:
@@ -78,27 +67,27 @@ def add_play_arguments(p: argparse.ArgumentParser, *, presets: bool = True) -> N
                      "tasks")
     p.add_argument("--env", dest="envs", action="append", default=None, metavar="ENV_ID", help=env_help)
     p.add_argument("--data", action="append", default=[], metavar="SPEC", help=data_help)
-    p.add_argument("--limit", type=_positive_int, default=None,
+    p.add_argument("--limit", type=int, default=None,
                    help="first N tasks of each source; default: all (a preset that validated on the env's own tasks: "
                         "its eval.size)")
-    p.add_argument("--k", type=_positive_int, default=16, help="samples per task")
+    p.add_argument("--k", type=int, default=16, help="samples per task")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (0 = greedy); default: the preset's eval.temperature, else 0.6 (the reference's)")
     p.add_argument("--top-p", type=float, default=None,
                    help="nucleus sampling mass in (0, 1]; default: the preset's eval.top_p, else 0.95 (the reference's)")
     p.add_argument("--top-k", type=int, default=-1, help="top-k sampling (-1 = off)")
-    p.add_argument("--max-new-tokens", type=_positive_int, default=None,
+    p.add_argument("--max-new-tokens", type=int, default=None,
                    help="response length limit per agent call, in tokens; default: the preset's rollout.max_new_tokens "
                         "(4096 for the paper's math presets, 800 for search), else 256 (rollout.max_new_tokens's "
                         "default, the quickstarts' length)")
-    p.add_argument("--max-prompt-tokens", type=_positive_int, default=None,
+    p.add_argument("--max-prompt-tokens", type=int, default=None,
                    help="prompt length limit per agent call, in tokens; default: the preset's, else none; longer "
                         "prompts are cut as --truncation says")
     p.add_argument("--truncation", default=None, choices=["left", "middle", "error"],
                    help="how a prompt over --max-prompt-tokens is cut: drop its start, its middle, or refuse; default: "
                         "the preset's, else left")
     p.add_argument("--seed", type=int, default=0, help="seeds sampling and env resets (a run is reproducible)")
-    p.add_argument("--batch-tasks", type=_positive_int, default=8, help="tasks per lock-step rollout batch (policy llm)")
+    p.add_argument("--batch-tasks", type=int, default=8, help="tasks per lock-step rollout batch (policy llm)")
     p.add_argument("--env-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
                    help="extra env argument, value parsed as JSON when possible (e.g. max_loops=3)")
     p.add_argument("--chat-template-kwarg", action="append", default=[], type=_key_value, metavar="KEY=JSON",
@@ -137,6 +126,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default=None, help="display name on leaderboards")
     p.add_argument("--out", required=True, help="results directory to create (must not hold a run)")
     return p
+
+
+#: the count flags of ``drmas eval`` and ``drmas crossplay`` (argparse dest -> flag): each at least 1 when given.
+COUNT_FLAGS = {"k": "--k", "limit": "--limit", "max_new_tokens": "--max-new-tokens",
+               "max_prompt_tokens": "--max-prompt-tokens", "batch_tasks": "--batch-tasks"}
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """Refuse a count flag below 1 by the flag's name, before anything is read or written.
+
+    Raises:
+        ValueError: ``"--k must be >= 1, got 0"`` (the first such flag).
+    """
+    for dest, flag in COUNT_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
 
 
 def _json_or_str(value: str) -> Any:
@@ -363,6 +369,7 @@ def main(argv: list[str]) -> int:
     """Entry point of ``drmas eval``; returns the exit code (2 on bad arguments)."""
     args = build_parser().parse_args(argv)
     try:
+        check_counts(args)
         notes = run_settings(args)
         config = config_from_args(args)
     except ValueError as err:  # RunModelsError (--team), ConfigError too

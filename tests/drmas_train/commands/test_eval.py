@@ -11,21 +11,18 @@ from drmas_train.cli import main as cli_main
 @pytest.mark.parametrize(
     ("command", "flag", "value", "message"),
     [
-        ("eval", "--k", "0", "drmas eval: error: argument --k: must be an integer >= 1, got 0"),
-        ("eval", "--limit", "0", "drmas eval: error: argument --limit: must be an integer >= 1, got 0"),
-        ("eval", "--limit", "two", "drmas eval: error: argument --limit: expected an integer >= 1, got 'two'"),
-        ("eval", "--max-new-tokens", "-5", "drmas eval: error: argument --max-new-tokens: must be an integer >= 1, got -5"),
-        ("crossplay", "--k", "0", "drmas crossplay: error: argument --k: must be an integer >= 1, got 0"),
+        ("eval", "--k", "0", "drmas eval: --k must be >= 1, got 0"),
+        ("eval", "--limit", "0", "drmas eval: --limit must be >= 1, got 0"),
+        ("eval", "--max-new-tokens", "-5", "drmas eval: --max-new-tokens must be >= 1, got -5"),
+        ("eval", "--batch-tasks", "0", "drmas eval: --batch-tasks must be >= 1, got 0"),
+        ("crossplay", "--k", "0", "drmas crossplay: --k must be >= 1, got 0"),
     ],
 )
 def test_a_count_flag_below_one_is_refused_by_its_name(tmp_path, capsys, command, flag, value, message):
     """Before: ``drmas eval: EvalConfig.k must be an int >= 1, got 0`` (a Python class the user never typed)."""
     where = ["--env", "math-solver-verifier-v0"] if command == "eval" else ["--run", str(tmp_path)]
-    with pytest.raises(SystemExit) as exit_:
-        cli_main([command, *where, flag, value, "--out", str(tmp_path / "out")])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert err.splitlines()[-1] == message and "Traceback" not in err
+    assert cli_main([command, *where, flag, value, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == message + "\n"
     assert not (tmp_path / "out").exists()
 
 
