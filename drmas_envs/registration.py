@@ -222,7 +222,7 @@ def spec(env_id: str) -> EnvSpec:
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise NameNotFoundError(
             f"no env named {get_env_id(namespace, name, None)!r} is registered.{hint} "
-            "See drmas_envs.pprint_registry() for every id."
+            "Every id: `drmas envs` (or drmas_envs.pprint_registry())."
         )
     if version is None:
         return versions[max(versions)]

@@ -145,8 +145,8 @@ def infer_format(row: Mapping[str, Any], where: str) -> RowFormat:
     if not candidates:
         needs = "; ".join(f"{f.name}: {', '.join(f.required)}" for f in dict.fromkeys(formats().values()))
         raise DataFormatError(
-            f"{where}: cannot infer the data format from fields {sorted(row)}; pass format=... "
-            f"(known formats and their required fields: {needs})"
+            f"{where}: cannot infer the data format from fields {sorted(row)}: each row needs the required fields "
+            f"of one known format (known formats and their required fields: {needs})"
         )
     return max(candidates, key=lambda f: len(f.required))
 

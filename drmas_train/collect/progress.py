@@ -32,7 +32,7 @@ LOG_INTERVAL_S = 10.0
 class LineProgress(std_tqdm):
     """tqdm for a stream that is not a terminal: each refresh is one line ending in a newline (tqdm's own text:
     description, count, rate, elapsed), nothing is ever erased or redrawn, and the bar's last state is written when
-    it closes (once, if it changed since the last line). ``mininterval`` defaults to :data:`LOG_INTERVAL_S`; ``leave``
+    it closes (once, if it changed since the last line); a line is never repeated unchanged. ``mininterval`` defaults to :data:`LOG_INTERVAL_S`; ``leave``
     has no effect (a log keeps every line)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -42,7 +42,7 @@ class LineProgress(std_tqdm):
         kwargs.setdefault("ncols", 100)
         kwargs.setdefault("ascii", True)  # "#" bars: plain ASCII in any log viewer
         super().__init__(*args, **kwargs)
-        self._printed_n: float | None = None
+        self._printed: tuple[float, float | None] | None = None  # (n, total) of the last line written
 
     def display(self, msg: str | None = None, pos: int | None = None) -> bool:
         """Write the bar's state as one line; ``msg=""`` (tqdm erasing a line) writes nothing."""
@@ -50,7 +50,7 @@ class LineProgress(std_tqdm):
             return False  # tqdm then writes no "\r" either
         self.fp.write(f"{self.__str__() if msg is None else msg}\n")
         self.fp.flush()
-        self._printed_n = self.n
+        self._printed = (self.n, self.total)
         return True
 
     def clear(self, nolock: bool = False) -> None:
@@ -58,8 +58,10 @@ class LineProgress(std_tqdm):
 
     def refresh(self, nolock: bool = False, lock_args: Any = None) -> bool:
         """One line, when tqdm refreshes after an update past ``mininterval`` (or on an explicit ``refresh()``); none
-        for the redraw that ``tqdm.write`` does after a message (``nolock=True``) nor before the first update."""
-        if nolock or self.disable or self.n == 0:
+        for the redraw that ``tqdm.write`` does after a message (``nolock=True``), before the first update, nor when
+        neither the count nor the total moved since the last line (a generate call's closing refresh right after its
+        last update would repeat that line)."""
+        if nolock or self.disable or self.n == 0 or self._printed == (self.n, self.total):
             return False
         return self.display()
 
@@ -67,7 +69,7 @@ class LineProgress(std_tqdm):
         """Nested bars share one column of lines in a log: no cursor movement."""
 
     def close(self) -> None:
-        if not self.disable and self._printed_n != self.n and self.n:
+        if not self.disable and self._printed != (self.n, self.total) and self.n:
             self.display()
         super().close()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["HelpFormatter"]
+__all__ = ["HelpFormatter", "doc_summary"]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -17,3 +17,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if action.default is None or action.default is False or action.default == []:
             return action.help  # nothing worth saying: unset, an off flag, or an empty repeatable list
         return super()._get_help_string(action)
+
+
+def doc_summary(doc: str | None) -> str:
+    """A command module's docstring's first paragraph as ``--help`` shows it: without reST's double backquotes
+    (````drmas serve````: a terminal prints them as typed)."""
+    return (doc or "").split("\n\n")[0].replace("``", "")

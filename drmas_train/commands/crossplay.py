@@ -201,10 +201,11 @@ def main(argv: list[str]) -> int:
     """Entry point of ``drmas crossplay``; returns the exit code (2 on bad arguments, one line on stderr)."""
     args = build_parser().parse_args(argv)
     args.preset = None
-    from drmas_train.commands.eval import config_from_args
+    from drmas_train.commands.eval import check_counts, config_from_args
     from drmas_train.eval.crossplay import cell_config
 
     try:  # everything about the arguments is checked before a model loads
+        check_counts(args)
         run, plan, notes = plan_from_args(args)
         if (note := validation_tasks_of_run(args)) is not None:
             notes.append(note)

@@ -24,8 +24,8 @@ from typing import Any
 
 from drmas_train.commands import HelpFormatter
 
-__all__ = ["main", "build_parser", "add_play_arguments", "config_from_args", "team_models", "report", "run_settings",
-           "validation_tasks_of"]
+__all__ = ["main", "build_parser", "add_play_arguments", "check_counts", "config_from_args", "team_models", "report",
+           "run_settings", "validation_tasks_of"]
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -126,6 +126,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label", default=None, help="display name on leaderboards")
     p.add_argument("--out", required=True, help="results directory to create (must not hold a run)")
     return p
+
+
+#: the count flags of ``drmas eval`` and ``drmas crossplay`` (argparse dest -> flag): each at least 1 when given.
+COUNT_FLAGS = {"k": "--k", "limit": "--limit", "max_new_tokens": "--max-new-tokens",
+               "max_prompt_tokens": "--max-prompt-tokens", "batch_tasks": "--batch-tasks"}
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """Refuse a count flag below 1 by the flag's name, before anything is read or written.
+
+    Raises:
+        ValueError: ``"--k must be >= 1, got 0"`` (the first such flag).
+    """
+    for dest, flag in COUNT_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
 
 
 def _json_or_str(value: str) -> Any:
@@ -329,13 +346,16 @@ def report(summary: dict[str, Any]) -> str:
     """A short console table: env, data source, tasks, avg@k and pass@k (k = the run's k); for games, one line per
     role of the env's overall cell (mean return and win/draw/loss rates, ± one standard error over episodes)."""
     k = summary["k"]
-    lines = [f"{'env':<34} {'data_source':<18} {'tasks':>5} {'avg@' + str(k):>9} {'pass@' + str(k):>9}"]
+    # columns at least 34 / 18 wide, wider for a longer env id or data source (reasoning_gym/basic_arithmetic)
+    env_w = max([34, *(len(env_id) for env_id in summary["metrics"])])
+    src_w = max([18, *(len(src) for cells in summary["metrics"].values() for src in cells)])
+    lines = [f"{'env':<{env_w}} {'data_source':<{src_w}} {'tasks':>5} {'avg@' + str(k):>9} {'pass@' + str(k):>9}"]
     for env_id, cells in summary["metrics"].items():
         for src, cell in cells.items():
             est = cell["pass@k"].get(str(k))
             pass_k = "—" if est is None else f"{100 * est['value']:.1f}%"
             avg = f"{100 * cell['avg@k']['value']:.1f}%"
-            lines.append(f"{env_id:<34} {src:<18} {cell['num_tasks']:>5} {avg:>9} {pass_k:>9}")
+            lines.append(f"{env_id:<{env_w}} {src:<{src_w}} {cell['num_tasks']:>5} {avg:>9} {pass_k:>9}")
         for role, st in cells.get("overall", {}).get("roles", {}).items():
             lines.append(f"  {env_id} role {role} (n={st['episodes']}): return {_pm(st['mean_return'], st['return_se'])}, "
                          f"win {_pm(100 * st['win_rate'], _pct(st['win_se']), '%')}, "
@@ -358,6 +378,7 @@ def main(argv: list[str]) -> int:
     """Entry point of ``drmas eval``; returns the exit code (2 on bad arguments)."""
     args = build_parser().parse_args(argv)
     try:
+        check_counts(args)
         notes = run_settings(args)
         config = config_from_args(args)
     except ValueError as err:  # RunModelsError (--team), ConfigError too

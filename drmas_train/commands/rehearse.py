@@ -17,14 +17,14 @@ import logging
 import sys
 import tempfile
 
-from drmas_train.commands import HelpFormatter
+from drmas_train.commands import HelpFormatter, doc_summary
 
 __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``drmas rehearse``."""
-    p = argparse.ArgumentParser(prog="drmas rehearse", description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(prog="drmas rehearse", description=doc_summary(__doc__), formatter_class=HelpFormatter)
     p.add_argument("--config", "-c", required=True, help="the preset (drmas train --list-presets) or YAML to rehearse")
     p.add_argument("--dir", default=None, help="where the rehearsal writes its run, data and verdict.json "
                                                "(default: a new temporary directory)")

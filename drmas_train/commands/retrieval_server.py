@@ -21,11 +21,11 @@ import argparse
 import sys
 
 from drmas_envs.search.retrievers import RETRIEVERS, RetrieverError
-from drmas_train.commands import HelpFormatter
+from drmas_train.commands import HelpFormatter, doc_summary
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="drmas retrieval-server", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="drmas retrieval-server", description=doc_summary(__doc__),
                                 formatter_class=HelpFormatter)
     p.add_argument("--corpus", default="synthetic",
                    help="'synthetic' (default encyclopedia), a wiki-18 JSONL {id, contents}, or a HotpotQA file; "

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 
-from drmas_train.commands import HelpFormatter
+from drmas_train.commands import HelpFormatter, doc_summary
 
 __all__ = ["main", "build_parser"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``drmas serve``."""
-    p = argparse.ArgumentParser(prog="drmas serve", description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(prog="drmas serve", description=doc_summary(__doc__), formatter_class=HelpFormatter)
     p.add_argument("--model", default="smollm2-135m-instruct", help="named offline model, local path or HF id")
     p.add_argument("--host", default="127.0.0.1", help="bind address (loopback only by default)")
     p.add_argument("--port", type=int, default=8000, help="TCP port")

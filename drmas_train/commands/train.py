@@ -1,7 +1,8 @@
 """``drmas train [--config PRESET|FILE.yaml] [key=value ...] [--resume]``: train a multi-agent LLM system.
 
 Without ``--config`` the bundled ``quickstart_math`` preset runs (SmolLM2-135M-Instruct as Solver and Verifier
-on reasoning-gym gsm_symbolic, Dr. MAS advantages; minutes on a laptop CPU, offline).
+on reasoning-gym basic_arithmetic (one-digit additions and subtractions), Dr. MAS advantages; minutes on a laptop
+CPU, offline).
 
 Exit codes: 0 done (also ``--resume`` of a run that already reached ``run.iterations``: it says so and writes
 nothing); 2 a user mistake (bad config key or value, missing ``env.data`` file, unknown ``env.id``, env kwargs of
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from drmas_train.commands import HelpFormatter
 from drmas_train.run.config import DEFAULT_PRESET, ConfigError, list_presets, load_config, to_yaml
@@ -51,8 +53,20 @@ class LevelFormatter(logging.Formatter):
         return f"{record.levelname}: {text}" if record.levelno >= logging.WARNING else text
 
 
+def done_line(command_s: float, summary: dict) -> str:
+    """The first words of the last line: this command's wall time, split into start-up (config, models, resume) and
+    training (``summary["process_wall_time_s"]``: the loop, from the loaded models to the summary); for a resumed run
+    also the training time of the whole run, every process's (``summary["wall_time_s"]``)."""
+    loop = summary["process_wall_time_s"]
+    text = f"done in {command_s:.0f}s (start-up and model loading {max(command_s - loop, 0.0):.0f}s, training {loop:.0f}s"
+    if summary["resumed_from"]:  # a resumed run: say what the whole run's training took
+        text += f"; the whole run's training, resumes included: {summary['wall_time_s']:.0f}s"
+    return text + ")"
+
+
 def main(argv: list[str]) -> int:
     """Entry point; returns the exit code (2 for a bad config, before any model loads)."""
+    started = time.perf_counter()  # "done in": the whole command, start-up and model loading included
     args = _parser().parse_intermixed_args(argv)  # overrides may come before and after --resume etc.
     if args.list_presets:
         print("\n".join(list_presets()))
@@ -97,10 +111,7 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("drmas train: interrupted", file=sys.stderr)
         return 130
-    took = f"done in {summary['process_wall_time_s']:.0f}s"
-    if summary["resumed_from"]:  # a resumed run: say what the whole run took
-        took += f" (the whole run, resumes included: {summary['wall_time_s']:.0f}s)"
-    print(f"{took}; run dir {summary['run_dir']}")
+    print(f"{done_line(time.perf_counter() - started, summary)}; run dir {summary['run_dir']}")
     if summary["plot"]:
         print(f"plot: {summary['plot']}")
     if summary["checkpoint"]:

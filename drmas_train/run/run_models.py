@@ -163,7 +163,8 @@ def team_model(source: str, role: str) -> str | dict[str, Any]:
     :func:`~drmas_train.model.models.load_model`, returned as it is.
 
     Raises:
-        RunModelsError: a run without checkpoints, a role the run does not have, a broken checkpoint.
+        RunModelsError: a run without checkpoints, a role the run does not have, a broken checkpoint, a checkpoint
+            directory of a run that does not keep it (the message lists the kept iterations).
     """
     path = Path(source)
     if (path / "config.yaml").is_file() and (path / "trainer_state.pt").is_file():  # a checkpoint directory
@@ -179,6 +180,13 @@ def team_model(source: str, role: str) -> str | dict[str, Any]:
                 f"run {path} has no checkpoint yet; give a model, or train until one is saved"
             )
         return role_model(run, role, max(run.checkpoints))
+    if not path.exists() and path.parent.name == "checkpoints" and (path.parent.parent / "config.yaml").is_file():
+        run = open_run(path.parent.parent)  # a checkpoint of a run that is not (or no longer) kept
+        raise RunModelsError(
+            f"checkpoint {path} does not exist: run {run.run_dir} keeps {sorted(run.checkpoints) or 'none'} "
+            f"(run.save_every={run.cfg.run.save_every}, run.keep_checkpoints={run.cfg.run.keep_checkpoints}); give a "
+            f"kept one, or the run directory for its latest"
+        )
     for parent in path.parents:  # a model folder inside a checkpoint: .../iter_N/models/<key>[/<adapter>]
         if parent.name == "models" and (parent.parent / "config.yaml").is_file():
             ckpt = parent.parent

@@ -48,3 +48,13 @@ def test_play_an_env_with_an_llm_prints_each_turn_without_render():
     out = _run(code)
     assert re.search(r"^# task \S+ \[reasoning_gym/gsm_symbolic\]$", out, flags=re.M)
     assert "--- turn 0 · solver" in out and "=== episode over; returns:" in out
+
+
+def test_the_setup_paragraph_names_every_default_extra_of_setup_sh():
+    """README's set-up paragraph lists the extras ``scripts/setup.sh`` installs by default (it once left out
+    ``games``, which the script installs)."""
+    script = (README.parent / "scripts" / "setup.sh").read_text(encoding="utf-8")
+    default = re.search(r"EXTRAS=\$\{DRMAS_EXTRAS:-([a-z,]+)\}", script)[1].split(",")
+    paragraph = re.search(r"`scripts/setup\.sh` creates `\.venv`.*?extras", README.read_text(encoding="utf-8"), re.S)[0]
+    named = re.findall(r"`([a-z]+)`", paragraph.split("this package with its", 1)[1])
+    assert named == default, f"README names {named}; setup.sh installs {default}"

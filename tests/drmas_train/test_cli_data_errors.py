@@ -10,7 +10,9 @@ import pytest
 from drmas_train.cli import main as cli_main
 
 BAD_ROW = {"foo": 1}
-FORMAT_MESSAGE = "bad.jsonl:1: cannot infer the data format from fields ['foo']; pass format=..."
+# before: "...fields ['foo']; pass format=...": no command has a format option, and no format fits such a row
+FORMAT_MESSAGE = ("bad.jsonl:1: cannot infer the data format from fields ['foo']: each row needs the required fields "
+                  "of one known format (known formats and their required fields: verl: prompt, reward_model, ")
 
 
 @pytest.fixture

@@ -40,3 +40,14 @@ def test_every_option_has_help_and_shows_its_default(name):
         meaningful = action.default not in (None, False, [], argparse.SUPPRESS) and not action.required
         if meaningful:  # the formatter appends "(default: X)"; the text may be wrapped over lines
             assert f"(default: {action.default})" in " ".join(text.split()), f"drmas {name} {label} hides its default"
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_help_shows_no_rest_markup(name):
+    """Before: ``drmas serve --help`` began "``drmas serve``: serve a model ..." (the docstring's reST quotes)."""
+    assert "``" not in PARSERS[name].format_help()
+
+
+def test_serve_help_description_reads_as_plain_text():
+    text = PARSERS["serve"].format_help()
+    assert "\ndrmas serve: serve a model with the OpenAI API (chat and completions, streaming, concurrent requests " in text

@@ -125,6 +125,26 @@ def test_progress_in_a_log_is_one_plain_line_per_update(monkeypatch):
     on_terminal.close()
 
 
+def test_a_generate_calls_last_line_is_written_once_in_a_log(monkeypatch):
+    """Before: a call whose last update wrote its line wrote it again at close (``validation · step 1 ...
+    3143/3143 [25:17<00:00, 1.05s/tok]`` twice in a run's log)."""
+    import io
+
+    from drmas_train.collect.progress import TokenProgress
+
+    clock = iter(range(0, 1000, 20))  # tqdm's clock: 20 s per reading, so every update writes a line
+    monkeypatch.setattr("tqdm.std.time", lambda: float(next(clock)))
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    bar = TokenProgress(2, 3, desc="validation")
+    bar([0, 1], [5, 5])
+    bar([0, 1], [5, 5])
+    bar([0, 1], [5, 5])  # both rows used their whole allowance: the total is already exact
+    bar.close()
+    counts = [re.search(r"\| (\d+/\d+) \[", line)[1] for line in log.getvalue().splitlines()]
+    assert counts == ["2/6", "4/6", "6/6"], log.getvalue()
+
+
 @pytest.mark.slow  # a drmas eval subprocess, ~3 s
 def test_cli_progress_written_to_a_file_has_no_carriage_returns(tmp_path):
     """drmas eval 2> log: the log reads line by line (issue 40: '\\r' and 'ESC[A' sequences before)."""

@@ -91,3 +91,12 @@ def test_mistakes_exit_2_with_one_message(capsys, argv, message):
     assert cli_main(["play", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(message, err), err
+
+
+@pytest.mark.parametrize("command", ["play", "eval"])
+def test_an_unknown_env_points_at_the_command_that_lists_them(tmp_path, capsys, command):
+    """Before: "... See drmas_envs.pprint_registry() for every id." (a Python call, from the command line)."""
+    argv = [command, "--env", "nosuch-v0"] + (["--out", str(tmp_path / "out")] if command == "eval" else [])
+    assert cli_main(argv) == 2
+    assert capsys.readouterr().err == (f"drmas {command}: no env named 'nosuch' is registered. Did you mean: "
+                                       "search-r1-v0? Every id: `drmas envs` (or drmas_envs.pprint_registry()).\n")

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from drmas_train.cli import main as cli_main
 from drmas_train.commands import crossplay as crossplay_cmd
 from drmas_train.commands import eval as eval_cmd
 from drmas_train.run.run_models import RunModelsError, open_run, team_model
@@ -97,7 +98,7 @@ def test_crossplay_grid_equals_separate_team_evals(run_dir, tmp_path, capsys):
     (["--roles", "a,c"], r"role 'c' is not an agent of run .*; its agents: \['a', 'b'\]"),
     (["--roles", "a,a"], r"--roles takes two different roles"),
     (["--iterations", "1", "--fixed", "c=1"], r"--fixed names roles \['c'\] that the run does not have"),
-    (["--iterations", "1", "--k", "0"], r"EvalConfig.k must be an int >= 1"),
+    (["--iterations", "1", "--k", "0"], r"^drmas crossplay: --k must be >= 1, got 0$"),
 ])  # fmt: skip
 def test_crossplay_bad_input_exits_2_with_one_line(run_dir, tmp_path, capsys, argv, message):
     assert crossplay_cmd.main(["--run", str(run_dir), *argv, "--out", str(tmp_path / "x")]) == 2
@@ -136,6 +137,16 @@ def test_team_flag_errors_exit_2(run_dir, tmp_path, capsys):
     assert code == 2 and "role 'z' is not an agent" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         eval_cmd.build_parser().parse_args(["--team", "a", "--out", "x"])
+
+
+def test_team_names_a_checkpoint_the_run_did_not_keep(run_dir, tmp_path, capsys):
+    """Before: "model path '.../iter_000003' is not an existing directory." (read as a model path)."""
+    gone = _ckpt(run_dir, 3)
+    argv = ["eval", "--env", "tiny-target-token-v0", "--team", f"a={gone}", "--out", str(tmp_path / "x")]
+    assert cli_main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"drmas eval: checkpoint {gone} does not exist: run {run_dir} keeps [1, 2] (run.save_every=1, "
+        "run.keep_checkpoints=2); give a kept one, or the run directory for its latest")
 
 
 def test_swaps_add_the_other_roles_models_of_the_same_base(tmp_path):

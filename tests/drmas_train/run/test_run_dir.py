@@ -117,7 +117,7 @@ def test_resume_continues_and_the_summary_covers_the_whole_run(finished, capsys)
     before = torch.load(run_dir / "checkpoints" / "iter_000002" / "trainer_state.pt", weights_only=True)
     assert 0 < before["extra"]["elapsed_s"] <= first["wall_time_s"]
     assert summary["wall_time_s"] - summary["process_wall_time_s"] == pytest.approx(before["extra"]["elapsed_s"], abs=0.05)
-    assert "the whole run, resumes included" in out
+    assert "; the whole run's training, resumes included: " in out
 
 
 @pytest.mark.slow
