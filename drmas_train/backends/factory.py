@@ -11,9 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from drmas_train.backends.base import LOCAL_BACKENDS
+from drmas_train.model import models as model_loading
 from drmas_train.model.adapters import attach
 from drmas_train.model.assignment import AgentAssignment, ModelPool
-from drmas_train.model.models import LoadedModel, ModelSpec, load_model
+from drmas_train.model.models import LoadedModel, ModelSpec
 
 __all__ = ["make_backend", "build_models"]
 
@@ -44,7 +45,7 @@ def build_models(
     env_agents: Sequence[str] | None = None,
     backend: str | Callable[[LoadedModel], Any] = "hf",
     backend_kwargs: Mapping[str, Any] | None = None,
-    loader: Callable[[ModelSpec, str], LoadedModel] = load_model,
+    loader: Callable[[ModelSpec, str], LoadedModel] | None = None,
 ) -> ModelPool:
     """Load each distinct model once and build one backend per model.
 
@@ -59,7 +60,9 @@ def build_models(
             before any model loads.
         backend: ``"hf"``, ``"vllm"`` or a callable ``LoadedModel -> Backend``.
         backend_kwargs: extra keyword arguments for the backend.
-        loader: ``(spec, model_id) -> LoadedModel`` (tests inject fakes).
+        loader: ``(spec, model_id) -> LoadedModel`` (tests inject fakes); None =
+            :func:`drmas_train.model.models.load_model`, looked up at the call (a patched ``load_model`` is seen, and
+            never kept beyond its patch).
 
     Raises:
         AssignmentError: see :meth:`AgentAssignment.validate` and :meth:`AgentAssignment.model_ids`.
@@ -72,6 +75,7 @@ def build_models(
     if env_agents is not None:
         assignment = assignment.expand(env_agents)
     ids = assignment.model_ids()
+    loader = loader or model_loading.load_model
     models: dict[str, LoadedModel] = {}
     backends: dict[str, Any] = {}
     bases: dict[tuple, LoadedModel] = {}  # base key -> the base that its adapters share (drmas_train.model.adapters)

@@ -52,12 +52,9 @@ class RolloutConfig:
 
     def validate(self) -> None:
         """Raises: ConfigError: naming the key (``rollout.<field>``), the bad value and what is accepted."""
-        # group_size has one rule (>= 2) checked on its own, so 0 and 1 get the same message
+        # group_size's rule depends on the estimator: drmas_train.run.config.validate_config checks it, one message
         for key in ("batch_size", "max_new_tokens", "max_prompt_tokens"):
             require(getattr(self, key) >= 1, f"rollout.{key} must be >= 1, got {getattr(self, key)}")
-        require(self.group_size >= 2, f"rollout.group_size must be >= 2, got {self.group_size}: group baselines (GRPO, "
-                "Dr. MAS) compare rollouts of the same task, so one rollout per task gives no learning signal; "
-                "accepted: 2 or more")  # fmt: skip
         require(self.temperature > 0, f"rollout.temperature must be > 0 for training, got {self.temperature}")
         require(self.truncation in TRUNCATION_MODES,
                 f"rollout.truncation={self.truncation!r}; accepted: {', '.join(TRUNCATION_MODES)}")  # fmt: skip

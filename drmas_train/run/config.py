@@ -284,6 +284,30 @@ def omegaconf_message(err: OmegaConfBaseException) -> str:
     return f"invalid config value for {key!r}: {what}"
 
 
+def min_group_size(estimator: str) -> int:
+    """The fewest rollouts per task (``rollout.group_size``) ``estimator`` can learn from: 2 where its baseline is a
+    statistic of the task's group (GRPO, Dr. MAS, RLOO, GiGPO, ...: a group of one compares a rollout with itself),
+    1 where it is not: no groups (``reinforce_pp``), a critic (``gae``) or a greedy rollout (``remax``)
+    (:data:`drmas_train.algorithm.advantages.DEFAULT_GROUPING`, ``needs_critic``, ``needs_greedy_baseline``).
+
+    Raises:
+        ValueError: an unknown estimator (as :func:`~drmas_train.algorithm.advantages.get_estimator`).
+    """
+    from drmas_train.algorithm.advantages import DEFAULT_GROUPING, needs_critic, needs_greedy_baseline
+
+    own_baseline = needs_critic(estimator) or needs_greedy_baseline(estimator)
+    return 1 if own_baseline or DEFAULT_GROUPING.get(estimator) is None else 2
+
+
+def _validate_group_size(group_size: int, estimator: str) -> None:
+    """``rollout.group_size`` against :func:`min_group_size`: one rule per estimator, so 0 and 1 get one message."""
+    least = min_group_size(estimator)
+    why = ("its baseline is a statistic of the task's group of rollouts: one rollout per task leaves no other to "
+           "compare with" if least == 2 else "every task needs a rollout")  # fmt: skip
+    require(group_size >= least, f"rollout.group_size must be >= {least} for algorithm.estimator={estimator!r}, got "
+            f"{group_size} ({why}); accepted: {least} or more")  # fmt: skip
+
+
 def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> None:
     """Check every section (each section's own ``validate``) and what spans sections (OmegaConf already checked
     keys and types).
@@ -298,6 +322,7 @@ def validate_config(cfg: TrainConfig, env_agents: list[str] | None = None) -> No
     cfg.algorithm.validate()
     cfg.optim.validate()
     cfg.critic.validate()
+    _validate_group_size(cfg.rollout.group_size, cfg.algorithm.estimator)
     cfg.rollout.validate()
     require(cfg.algorithm.overlong_buffer <= cfg.rollout.max_new_tokens,
             f"algorithm.overlong_buffer={cfg.algorithm.overlong_buffer} exceeds rollout.max_new_tokens="

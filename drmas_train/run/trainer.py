@@ -313,12 +313,13 @@ def _train(cfg: TrainConfig, *, resume: bool, loader: Any, overwrite: bool, guar
     guard.attach(run)
     health = HealthMonitor(run.pool.agent_model_ids, cfg.run.health_warn_ratio, cfg.algorithm.estimator,
                            cfg.algorithm.grouping)  # fmt: skip
-    bar = progress_bar(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     if cfg.eval.every > 0 and cfg.eval.before_train and run.start_iteration == 0:
         first = validate(run, 0)  # the initial weights, as the reference's val_before_train
         run.logger.log(0, first)
         for line in validation_lines(0, first, list(run.game_envs)):
             logger.info("%s", line)
+    # started after the first validation: its rate and ETA count training iterations only
+    bar = progress_bar(desc="train", unit="iter", disable=not cfg.run.progress, initial=run.start_iteration, total=cfg.run.iterations)
     try:
         _loop(run, build_producer(run, guard), guard, health, bar)
     finally:

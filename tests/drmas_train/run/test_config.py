@@ -129,3 +129,18 @@ def test_presets_match_their_env_agents(tmp_path, preset):
     with pytest.raises(KeyboardInterrupt):
         build_run(cfg, loader=loader)
     assert loaded == [cfg.agents[next(iter(cfg.agents))]]
+
+
+def test_group_size_rule_follows_the_estimator():
+    """One rule per estimator (issue 40): a group statistic as baseline needs 2 rollouts per task; no groups, a critic
+    or a greedy baseline need 1; the config check accepts exactly those."""
+    from drmas_train.algorithm.advantages import ESTIMATORS
+    from drmas_train.run.config import ConfigError, load_config, min_group_size, validate_config
+
+    singles = {e for e in ESTIMATORS if min_group_size(e) == 1}
+    assert singles == {"reinforce_pp", "gae", "remax"}
+    for estimator in ("gae", "remax", "reinforce_pp"):
+        validate_config(load_config("quickstart_math", [f"algorithm.estimator={estimator}", "rollout.group_size=1"]))
+    for size in (0, 1):
+        with pytest.raises(ConfigError, match=r"^rollout.group_size must be >= 2 for algorithm.estimator='grpo', got "):
+            validate_config(load_config("quickstart_math", ["algorithm.estimator=grpo", f"rollout.group_size={size}"]))

@@ -41,8 +41,13 @@ def no_model_load(monkeypatch):
                                             r"Start from a preset written for 'search-orchestrator-v0': --config quickstart_search"),
         (["eval.every=1", "eval.data=/no/such.jsonl"], r"^drmas train: eval.data='/no/such.jsonl': task file "
                                                          r"'/no/such.jsonl' not found\. Accepted:"),
-        (["rollout.group_size=1"], r"^drmas train: rollout.group_size must be >= 2, got 1: group baselines"),
-        (["rollout.group_size=0"], r"^drmas train: rollout.group_size must be >= 2, got 0: group baselines"),
+        (["rollout.group_size=1"], r"^drmas train: rollout.group_size must be >= 2 for algorithm.estimator='drmas', "
+                                   r"got 1 \(its baseline is a statistic of the task's group of rollouts"),
+        (["rollout.group_size=0"], r"^drmas train: rollout.group_size must be >= 2 for algorithm.estimator='drmas', "
+                                   r"got 0 \(its baseline is a statistic of the task's group of rollouts"),
+        (["rollout.group_size=0", "algorithm.estimator=gae"],
+         r"^drmas train: rollout.group_size must be >= 1 for algorithm.estimator='gae', got 0 \(every task needs a "
+         r"rollout\); accepted: 1 or more$"),
         (["--resume"], r"^drmas train: --resume: no checkpoint under .*checkpoints; run without --resume first"),
         (["--resume", "--overwrite"], r"^drmas train: --resume and --overwrite exclude each other"),
     ],

@@ -151,3 +151,30 @@ def test_the_env_says_what_one_gigpo_env_step_is(tmp_path, monkeypatch, unit):
     train(tiny_config(tmp_path / "run", "run.iterations=1", "algorithm.estimator=gigpo", "algorithm.gamma=0.95"),
           loader=tiny_loader)  # fmt: skip
     assert seen == [unit]
+
+
+@pytest.mark.slow  # two tiny validations and one iteration: ~4 s
+def test_the_training_bar_starts_after_the_first_validation(tmp_path, monkeypatch):
+    """The bar's rate and ETA count training iterations only: it is created after ``eval.before_train``'s validation
+    (issue 40: the first validation's minutes made the ETA of an 8-iteration run 5.5 h)."""
+    import drmas_train.collect.progress as progress
+    import drmas_train.run.trainer as trainer_module
+    from helpers.tiny_rl import tiny_config, tiny_loader
+
+    events: list[str] = []
+    real_bar, real_validate = progress.progress_bar, trainer_module.validate
+
+    def bar(*args, **kwargs):
+        if kwargs.get("desc") == "train":
+            events.append("bar")
+        return real_bar(*args, **kwargs)
+
+    def validate(run, iteration):
+        events.append(f"validate {iteration}")
+        return real_validate(run, iteration)
+
+    monkeypatch.setattr(progress, "progress_bar", bar)
+    monkeypatch.setattr(trainer_module, "validate", validate)
+    cfg = tiny_config(tmp_path / "run", "run.iterations=1", "eval.every=1", "eval.before_train=true", "eval.k=1")
+    trainer_module.train(cfg, loader=tiny_loader)
+    assert events == ["validate 0", "bar", "validate 1"]
