@@ -374,15 +374,28 @@ def _pm(value: float, se: float | None, unit: str = "") -> str:
     return f"{value:.{digits}f}{unit}" + ("" if se is None else f" ± {se:.{digits}f}{unit}")
 
 
+def _undo_out(out: Path, existed: bool, tasks_existed: bool) -> None:
+    """After a refusal: remove the ``validation_tasks.jsonl`` this command wrote into ``out`` (``--preset``), and
+    ``out`` itself when this command created it and it holds nothing else."""
+    tasks = out / "validation_tasks.jsonl"
+    if not tasks_existed and tasks.is_file():
+        tasks.unlink()
+    if not existed and out.is_dir() and not any(out.iterdir()):
+        out.rmdir()
+
+
 def main(argv: list[str]) -> int:
     """Entry point of ``drmas eval``; returns the exit code (2 on bad arguments)."""
     args = build_parser().parse_args(argv)
+    out = Path(args.out)
+    before = (out.exists(), (out / "validation_tasks.jsonl").exists())  # a refusal leaves --out as it found it
     try:
         check_counts(args)
         notes = run_settings(args)
         config = config_from_args(args)
     except ValueError as err:  # RunModelsError (--team), ConfigError too
         print(f"drmas eval: {err}", file=sys.stderr)
+        _undo_out(out, *before)
         return 2
     for note in notes:
         print(f"drmas eval: {note}", file=sys.stderr)
@@ -406,6 +419,7 @@ def main(argv: list[str]) -> int:
         run = evaluate(config, args.out, progress=not args.no_progress)
     except expected as err:  # user errors: say what is wrong, no traceback
         print(f"drmas eval: {err}", file=sys.stderr)
+        _undo_out(out, *before)
         return 2
     print(report(run.summary))
     print(f"wrote {args.out} ({run.summary['num_episodes']} episodes, {run.summary['wall_time_s']:.1f} s)")

@@ -142,6 +142,13 @@ def plan_run_dir(
                 f"--resume cannot continue it); refusing to overwrite it. Start it again with --overwrite, or "
                 f"elsewhere with run.dir=<new dir>"
             )
+        done = checkpoint_iteration(ckpt)
+        if iterations is not None and done >= iterations:  # --resume alone would have nothing to do
+            raise ConfigError(
+                f"run.dir {str(run_dir)!r} already holds a finished run (checkpoint {ckpt.name}, run.iterations="
+                f"{iterations}); refusing to overwrite it. Continue it with --resume and run.iterations above {done}, "
+                f"start elsewhere with run.dir=<new dir>, or delete it with --overwrite"
+            )
         raise ConfigError(
             f"run.dir {str(run_dir)!r} already holds an earlier run (checkpoint {ckpt.name}); refusing to overwrite "
             f"it. Continue it with --resume, start elsewhere with run.dir=<new dir>, or delete it with --overwrite"

@@ -37,3 +37,24 @@ def test_the_table_keeps_its_columns_for_a_long_data_source(tmp_path, capsys):
         "math-solver-verifier-v0            reasoning_gym/basic_arithmetic     2    100.0%    100.0%",
         "math-solver-verifier-v0            overall                            2    100.0%    100.0%",
     ]
+
+
+def test_a_refused_preset_evaluation_leaves_out_as_it_found_it(tmp_path, capsys):
+    """``--preset`` writes the run's validation tasks into ``--out`` before ``--team`` is resolved; a refusal after
+    that removes them (and the ``--out`` it created), so a refused command writes nothing."""
+    from drmas_train.run.config import load_config, to_yaml
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(to_yaml(load_config("quickstart_math", [f"run.dir={run}"])))
+    out = tmp_path / "out"
+    argv = ["eval", "--preset", str(run / "config.yaml"), "--team", f"solver={run / 'checkpoints' / 'iter_000004'}",
+            "--out", str(out), "--no-progress"]  # fmt: skip
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"drmas eval: checkpoint {run / 'checkpoints' / 'iter_000004'} does not exist") and err.count("\n") == 1
+    assert not out.exists()
+    out.mkdir()  # an --out that existed keeps what it held, and gets nothing
+    (out / "notes.txt").write_text("mine")
+    assert cli_main(argv) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -47,6 +47,8 @@ def finished(tmp_path, capsys):
         (["rollout.group_size=1", "--overwrite"], r"rollout.group_size must be >= 2"),
         (["rollout.group_siz=4", "--overwrite"], r"unknown config key 'rollout.group_siz'\. Did you mean: 'group_size'\?"),
         (["run.iterations=3"], r"already holds an earlier run \(checkpoint iter_000002\)"),
+        ([], r"already holds a finished run \(checkpoint iter_000002, run.iterations=2\); refusing to overwrite it\. "
+             r"Continue it with --resume and run.iterations above 2, start elsewhere"),
         (["--resume", "--overwrite"], r"--resume and --overwrite exclude each other"),
     ],
 )

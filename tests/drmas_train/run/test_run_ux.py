@@ -112,8 +112,10 @@ def test_finished_run_dir_is_refused_then_overwritten(tmp_path):
     def loader(*_):
         raise AssertionError("a model was loaded")
 
-    with pytest.raises(ConfigError, match=r"run.dir '.*run' already holds an earlier run \(checkpoint iter_000001\); "
-                                          r"refusing to overwrite it\. Continue it with --resume"):  # fmt: skip
+    # finished (its checkpoint reached run.iterations): --resume alone would have nothing to do, so the hint says more
+    with pytest.raises(ConfigError, match=r"run.dir '.*run' already holds a finished run \(checkpoint iter_000001, "
+                                          r"run.iterations=1\); refusing to overwrite it\. Continue it with --resume "
+                                          r"and run.iterations above 1"):  # fmt: skip
         train(tiny_config(run_dir, "run.iterations=1"), loader=loader)
     assert (run_dir / "metrics.jsonl").read_text() == before  # untouched
     train(tiny_config(run_dir, "run.iterations=2"), loader=tiny_loader, overwrite=True)
