@@ -7,7 +7,9 @@ other (``--jobs 2`` runs two at once: only on an otherwise idle machine). Prints
 * ``presets.<name>``: ``ok``, ``wall_s`` (the child process, start-up included), ``stages`` (``{stage: seconds}``),
   ``rank_peak_rss_mb`` (``_dist`` presets: each model's training-rank peak), ``driver_peak_rss_mb``,
   ``loadavg`` (1-minute load average at its start and end), and ``error`` when it failed;
-* ``summary``: presets run, passed, failed (names), total wall seconds, ``os.cpu_count()``.
+* ``summary``: presets run, passed, failed (names), pending (not finished yet), total wall seconds,
+  ``os.cpu_count()``, ``jobs``. With ``--out`` the file is rewritten after each preset, so an interrupted run
+  keeps what it measured.
 
     python benchmarks/perf/rehearse_all.py                          # all 40 paper presets (~1-2 h on 2 cores)
     python benchmarks/perf/rehearse_all.py --presets drmas_math_qwen3_4b grpo_search_qwen25_7b_dist
@@ -24,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -69,24 +72,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     presets = args.presets or paper_presets()
     root = Path(args.dir or tempfile.mkdtemp(prefix="drmas-rehearse-all-"))
     start = time.perf_counter()
+    rows: dict[str, dict[str, Any]] = {}
+    lock = threading.Lock()
 
-    def one(name: str) -> tuple[str, dict[str, Any]]:
+    def one(name: str) -> None:
         row = rehearse_one(name, root, args.vllm if name.endswith("_dist") else None)
         print(f"{name}: {'ok' if row['ok'] else 'FAILED'} in {row['wall_s']:.0f} s (load {row['loadavg'][0]:.1f})",
               file=sys.stderr, flush=True)  # fmt: skip
-        return name, row
+        with lock:  # --out holds every finished preset, so an interrupted run keeps what it measured
+            rows[name] = row
+            if args.out:
+                Path(args.out).write_text(json.dumps(_record(root, rows, presets, start, args.jobs), indent=1) + "\n")
 
     with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:  # each job is a child process
-        rows = dict(pool.map(one, presets))
-    failed = [name for name, row in rows.items() if not row["ok"]]
-    out = {"benchmark": "rehearse_all", "dir": str(root), "presets": rows,
-           "summary": {"run": len(rows), "passed": len(rows) - len(failed), "failed": failed,
-                       "wall_s": round(time.perf_counter() - start, 1), "cpu_count": os.cpu_count()}}  # fmt: skip
-    text = json.dumps(out, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+        list(pool.map(one, presets))
+    out = _record(root, {name: rows[name] for name in presets}, presets, start, args.jobs)
+    print(json.dumps(out, indent=1))
     return out
+
+
+def _record(root: Path, rows: dict[str, dict[str, Any]], presets: list[str], start: float, jobs: int) -> dict[str, Any]:
+    """The JSON object for the presets finished so far (``summary.pending``: those not finished yet)."""
+    failed = [name for name, row in rows.items() if not row["ok"]]
+    return {"benchmark": "rehearse_all", "dir": str(root), "presets": rows,
+            "summary": {"run": len(rows), "passed": len(rows) - len(failed), "failed": failed,
+                        "pending": [name for name in presets if name not in rows],
+                        "wall_s": round(time.perf_counter() - start, 1), "cpu_count": os.cpu_count(), "jobs": jobs}}  # fmt: skip
 
 
 if __name__ == "__main__":

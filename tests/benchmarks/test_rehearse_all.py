@@ -41,3 +41,22 @@ def test_a_verdict_becomes_a_row(tmp_path, monkeypatch):
                       "--out", str(tmp_path / "out.json")])  # fmt: skip
     assert out["summary"]["run"] == 2 and out["summary"]["failed"] == ["grpo_math_qwen3_4b"]
     assert json.loads((tmp_path / "out.json").read_text())["presets"]["drmas_math_qwen3_4b"]["ok"] is True
+
+
+def test_out_keeps_each_finished_preset(tmp_path, monkeypatch):
+    """--out is rewritten after every preset: what an interrupted run measured is on disk, the rest is pending."""
+    seen = []
+
+    def fake_one(name, root, vllm):
+        if seen:  # the second preset starts only after the first one's row was written
+            written = json.loads((tmp_path / "out.json").read_text())
+            assert list(written["presets"]) == seen and written["summary"]["pending"] == ["grpo_math_qwen3_4b"]
+        seen.append(name)
+        return {"ok": True, "wall_s": 1.0, "loadavg": [0.1, 0.2]}
+
+    monkeypatch.setattr(bench, "rehearse_one", fake_one)
+    out = bench.main(["--presets", "drmas_math_qwen3_4b", "grpo_math_qwen3_4b", "--dir", str(tmp_path / "all"),
+                      "--out", str(tmp_path / "out.json")])  # fmt: skip
+    assert seen == ["drmas_math_qwen3_4b", "grpo_math_qwen3_4b"]
+    assert out["summary"]["pending"] == [] and out["summary"]["jobs"] == 1
+    assert json.loads((tmp_path / "out.json").read_text())["summary"]["run"] == 2
