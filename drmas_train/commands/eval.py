@@ -64,8 +64,9 @@ def add_play_arguments(p: argparse.ArgumentParser, *, presets: bool = True) -> N
     if presets:
         p.add_argument("--preset", default=None, metavar="PRESET",
                        help="a training preset or YAML (drmas train --list-presets) whose evaluation this repeats: its "
-                            "env id and env arguments, validation sampling (eval.temperature, eval.top_p, eval.top_k), "
-                            "response and prompt limits (rollout.*) and chat-template arguments become the defaults, as "
+                            "env id and env arguments, samples per task (eval.k), validation sampling (eval.temperature, "
+                            "eval.top_p, eval.top_k), response and prompt limits (rollout.*) and chat-template arguments "
+                            "become the defaults, as "
                             "the reference's eval mode reuses its training script's settings; flags given here win")
     if presets:
         env_help = ("env id name-vN (repeat for several); default: the env of --preset, or of the run whose checkpoint "
@@ -81,7 +82,9 @@ def add_play_arguments(p: argparse.ArgumentParser, *, presets: bool = True) -> N
     p.add_argument("--limit", type=int, default=None,
                    help="first N tasks of each source; default: all (a preset that validated on the env's own tasks: "
                         "its eval.size)")
-    p.add_argument("--k", type=int, default=d["k"], help="samples per task")
+    p.add_argument("--k", type=int, default=None,
+                   help=(f"samples per task (avg@k, pass@k); default: the preset's eval.k, else {d['k']}" if presets
+                         else "samples per task (avg@k, pass@k); default: the run's eval.k"))
     p.add_argument("--temperature", type=float, default=None,
                    help=f"sampling temperature (0 = greedy); default: the preset's eval.temperature, else "
                         f"{d['temperature']} (the reference's)")
@@ -167,8 +170,8 @@ def _json_or_str(value: str) -> Any:
 
 
 def preset_defaults(name: str) -> dict[str, Any]:
-    """The evaluation settings of a training preset: env id and arguments, validation sampling, response and prompt
-    limits, and the chat-template arguments its models share.
+    """The evaluation settings of a training preset: env id and arguments, samples per task (eval.k), validation
+    sampling, response and prompt limits, and the chat-template arguments its models share.
 
     Raises:
         ValueError: an unknown preset (the message lists them), or models whose chat-template arguments differ.
@@ -179,7 +182,7 @@ def preset_defaults(name: str) -> dict[str, Any]:
     template = {tuple(sorted(m.chat_template_kwargs.items())) for m in cfg.models.values()}
     if len(template) > 1:
         raise ValueError(f"--preset {name}: its models take different chat-template arguments; give --chat-template-kwarg")
-    return {"envs": [cfg.env.id], "env_kwargs": dict(cfg.env.kwargs), "temperature": cfg.eval.temperature,
+    return {"envs": [cfg.env.id], "env_kwargs": dict(cfg.env.kwargs), "k": cfg.eval.k, "temperature": cfg.eval.temperature,
             "top_p": cfg.eval.top_p, "top_k": cfg.eval.top_k, "max_new_tokens": cfg.rollout.max_new_tokens,
             "max_prompt_tokens": cfg.rollout.max_prompt_tokens, "truncation": cfg.rollout.truncation,
             "chat_template_kwargs": dict(template.pop()) if template else {}}  # fmt: skip
@@ -332,7 +335,7 @@ def config_from_args(args: argparse.Namespace, *, agent_models: dict[str, Any] |
         envs=envs,
         data=args.data,
         limit=args.limit,
-        k=args.k,
+        k=pick("k"),
         policy=policy,
         model=model,
         agent_models=agent_models,

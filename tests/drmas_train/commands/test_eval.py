@@ -9,6 +9,7 @@ import pytest
 
 from drmas_train.cli import main as cli_main
 from drmas_train.collect.config import RolloutConfig
+from drmas_train.commands.crossplay import build_parser as crossplay_parser
 from drmas_train.commands.eval import build_parser, config_from_args
 from drmas_train.eval.evaluate import EvalConfig
 
@@ -84,7 +85,9 @@ def test_python_and_the_cli_share_one_default(capsys):
     assert "(4096 for the paper's math presets, 800 for search), else 256 (rollout.max_new_tokens's default" in text
     assert "default: the preset's eval.temperature, else 0.6 (the reference's)" in text
     assert "default: the preset's eval.top_k, else -1" in text
-    assert "samples per task (default: 16)" in text and "(policy llm) (default: 8)" in text
+    assert "samples per task (avg@k, pass@k); default: the preset's eval.k, else 16" in text
+    assert "(policy llm) (default: 8)" in text
+    assert "default: the run's eval.k" in " ".join(crossplay_parser().format_help().split())
 
 
 def test_eval_of_a_run_config_uses_its_generation_length_and_sampling(tmp_path):
@@ -93,7 +96,7 @@ def test_eval_of_a_run_config_uses_its_generation_length_and_sampling(tmp_path):
     from drmas_train.run.config import load_config, to_yaml
 
     cfg = load_config("quickstart_math", ["rollout.max_new_tokens=48", "eval.temperature=0.3", "eval.top_p=0.8",
-                                          "eval.top_k=5", "rollout.max_prompt_tokens=512"])  # fmt: skip
+                                          "eval.top_k=5", "rollout.max_prompt_tokens=512", "eval.k=3"])  # fmt: skip
     path = tmp_path / "config.yaml"
     path.write_text(to_yaml(cfg))
 
@@ -101,7 +104,7 @@ def test_eval_of_a_run_config_uses_its_generation_length_and_sampling(tmp_path):
         return config_from_args(build_parser().parse_args(["--preset", str(path), *argv, "--out", "o"]))
 
     got = dataclasses.asdict(config())
-    assert {n: got[n] for n in ("max_new_tokens", "temperature", "top_p", "top_k", "max_prompt_tokens")} == {
-        "max_new_tokens": 48, "temperature": 0.3, "top_p": 0.8, "top_k": 5, "max_prompt_tokens": 512}
-    c = config("--top-k", "-1", "--max-new-tokens", "16", "--temperature", "0")
-    assert (c.top_k, c.max_new_tokens, c.temperature, c.top_p) == (-1, 16, 0.0, 0.8)
+    assert {n: got[n] for n in ("max_new_tokens", "temperature", "top_p", "top_k", "max_prompt_tokens", "k")} == {
+        "max_new_tokens": 48, "temperature": 0.3, "top_p": 0.8, "top_k": 5, "max_prompt_tokens": 512, "k": 3}
+    c = config("--top-k", "-1", "--max-new-tokens", "16", "--temperature", "0", "--k", "2")
+    assert (c.top_k, c.max_new_tokens, c.temperature, c.top_p, c.k) == (-1, 16, 0.0, 0.8, 2)
