@@ -52,6 +52,9 @@ Actor = Callable[[Any, str, Any], "str | Reply"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``drmas play``."""
+    from drmas_train.commands.eval import eval_defaults
+
+    d = eval_defaults()  # the sampling and length defaults drmas eval uses, written once (EvalConfig)
     p = argparse.ArgumentParser(prog="drmas play", description="Play one episode of an env; print its transcript.",
                                 formatter_class=HelpFormatter)  # fmt: skip
     p.add_argument("--env", required=True, metavar="ENV_ID", help="env id name-vN (drmas envs lists them)")
@@ -59,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-policy", action="append", default=[], metavar="AGENT=POLICY",
                    help="policy of one agent (repeat)")  # fmt: skip
     p.add_argument("--model", default=None, help="model of the llm policy: a name, path or HF id (openai: served name)")
-    p.add_argument("--backend", default="hf", choices=["hf", "vllm", "openai"], help="backend of the llm policy")
+    p.add_argument("--backend", default=d["backend"], choices=["hf", "vllm", "openai"], help="backend of the llm policy")
     p.add_argument("--base-url", default=None, help="server URL for --backend openai, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the llm policy (0 = greedy)")
-    p.add_argument("--max-new-tokens", type=int, default=256,
+    p.add_argument("--temperature", type=float, default=d["temperature"],
+                   help="sampling temperature of the llm policy (0 = greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"],
                    help="response length limit per agent call, in tokens; a reply cut there is marked "
                         "[truncated at the token limit]")  # fmt: skip
     p.add_argument("--data", default=None, help="task source (math envs): file path, reasoning_gym:<name>, hf:<id>")

@@ -11,6 +11,7 @@ from drmas_train.cli import main as cli_main
 from drmas_train.collect.config import RolloutConfig
 from drmas_train.commands.crossplay import build_parser as crossplay_parser
 from drmas_train.commands.eval import build_parser, config_from_args
+from drmas_train.commands.play import build_parser as play_parser
 from drmas_train.eval.evaluate import EvalConfig
 
 MATH = "math-solver-verifier-v0"
@@ -88,6 +89,9 @@ def test_python_and_the_cli_share_one_default(capsys):
     assert "samples per task (avg@k, pass@k); default: the preset's eval.k, else 16" in text
     assert "(policy llm) (default: 8)" in text
     assert "default: the run's eval.k" in " ".join(crossplay_parser().format_help().split())
+    play = play_parser().parse_args(["--env", MATH])  # drmas play samples with the same defaults
+    assert (play.temperature, play.max_new_tokens, play.backend) == (python.temperature, python.max_new_tokens,
+                                                                     python.backend)  # fmt: skip
 
 
 def test_eval_of_a_run_config_uses_its_generation_length_and_sampling(tmp_path):
