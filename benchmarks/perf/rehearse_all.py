@@ -5,6 +5,8 @@ other (``--jobs 2`` runs two at once: only on an otherwise idle machine). Prints
 ``--out``:
 
 * ``presets.<name>``: ``ok``, ``wall_s`` (the child process, start-up included), ``stages`` (``{stage: seconds}``),
+  ``precision`` (per trained model: compute dtype, trained-weights dtype, the smallest share of weights an update
+  changed, the largest relative update size; :func:`condense`),
   ``rank_peak_rss_mb`` (``_dist`` presets: each model's training-rank peak), ``driver_peak_rss_mb``,
   ``loadavg`` (1-minute load average at its start and end), and ``error`` when it failed;
 * ``summary``: presets run, passed, failed (names), pending (not finished yet), total wall seconds,
@@ -52,9 +54,24 @@ def rehearse_one(preset: str, root: Path, vllm: str | None) -> dict[str, Any]:
     verdict_file = workdir / "verdict.json"
     if not verdict_file.exists():
         return {**row, "ok": False, "error": f"exit {proc.returncode}: {proc.stderr.strip()[-1500:]}"}
-    verdict = json.loads(verdict_file.read_text())
-    row.update(ok=bool(verdict["ok"]), stages={s["stage"]: s.get("seconds") for s in verdict["stages"]})
-    row.update({k: v for k, v in verdict["memory"].items()})
+    return {**row, **condense(json.loads(verdict_file.read_text()))}
+
+
+def condense(verdict: dict[str, Any]) -> dict[str, Any]:
+    """A rehearsal's ``verdict.json`` as a row: ``ok``, ``stages`` (``{stage: seconds}``), the memory figures,
+    ``precision`` (per trained model: its compute dtype, the dtype of its trained weights, and over the rehearsal's
+    updates the smallest share of weights with a gradient that changed and the largest relative update size
+    ‖Δθ‖/‖θ‖) and ``error`` (the first failed stage's) when one failed."""
+    row: dict[str, Any] = {"ok": bool(verdict["ok"]), "stages": {s["stage"]: s.get("seconds") for s in verdict["stages"]}}
+    row.update(verdict["memory"])
+    train = next((s for s in verdict["stages"] if s["stage"] == "train"), {})
+    if train.get("precision"):
+        row["precision"] = {
+            model: {"compute_dtype": p["compute_dtype"], "trained_weights_dtype": p["trained_weights_dtype"],
+                    "min_changed_frac": min((x for x in p["update_changed_frac"] if x is not None), default=None),
+                    "max_update_rel": max((x for x in p["update_rel"] if x is not None), default=None)}
+            for model, p in train["precision"].items()
+        }  # fmt: skip
     failed = [s for s in verdict["stages"] if s.get("ok") is False]
     if failed:
         row["error"] = f"{failed[0]['stage']}: {failed[0].get('error')}"

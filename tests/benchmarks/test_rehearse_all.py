@@ -25,8 +25,11 @@ def test_a_verdict_becomes_a_row(tmp_path, monkeypatch):
         workdir = Path(cmd[cmd.index("--dir") + 1])
         workdir.mkdir(parents=True)
         failed = "grpo" in cmd[cmd.index("--config") + 1]
+        precision = {"shared": {"compute_dtype": "bfloat16", "trained_weights_dtype": "float32",
+                                "update_rel": [None, 2e-5, 1e-5], "update_changed_frac": [None, 1.0, 0.9991]}}
         stages = [{"stage": "config", "ok": True, "seconds": 0.5},
-                  {"stage": "train", "ok": not failed, "seconds": 9.0, **({"error": "RuntimeError: boom"} if failed else {})}]  # fmt: skip
+                  {"stage": "train", "ok": not failed, "seconds": 9.0, "precision": precision,
+                   **({"error": "RuntimeError: boom"} if failed else {})}]  # fmt: skip
         memory = {"driver_peak_rss_mb": 900.0, "rank_peak_rss_mb": {"shared": 700.0}}
         (workdir / "verdict.json").write_text(json.dumps({"ok": not failed, "stages": stages, "memory": memory}))  # fmt: skip
         return subprocess.CompletedProcess(cmd, 0 if not failed else 1, "", "")
@@ -34,6 +37,8 @@ def test_a_verdict_becomes_a_row(tmp_path, monkeypatch):
     monkeypatch.setattr(bench.subprocess, "run", fake_run)
     ok = bench.rehearse_one("drmas_math_qwen3_4b_dist", tmp_path, "/venv/bin/python")
     assert ok["ok"] and ok["stages"] == {"config": 0.5, "train": 9.0} and ok["rank_peak_rss_mb"] == {"shared": 700.0}  # fmt: skip
+    assert ok["precision"] == {"shared": {"compute_dtype": "bfloat16", "trained_weights_dtype": "float32",
+                                          "min_changed_frac": 0.9991, "max_update_rel": 2e-5}}
     assert calls[0][-2:] == ["--vllm", "/venv/bin/python"]
     bad = bench.rehearse_one("grpo_math_qwen3_4b", tmp_path, None)
     assert not bad["ok"] and bad["error"] == "train: RuntimeError: boom" and "--vllm" not in calls[1]
