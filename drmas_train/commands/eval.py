@@ -66,8 +66,8 @@ def add_play_arguments(p: argparse.ArgumentParser, *, presets: bool = True) -> N
                        help="a training preset or YAML (drmas train --list-presets) whose evaluation this repeats: its "
                             "env id and env arguments, samples per task (eval.k), validation sampling (eval.temperature, "
                             "eval.top_p, eval.top_k), response and prompt limits (rollout.*) and chat-template arguments "
-                            "become the defaults, as "
-                            "the reference's eval mode reuses its training script's settings; flags given here win")
+                            "become the defaults, as the reference's eval mode reuses its training script's settings; "
+                            "flags given here win")
     if presets:
         env_help = ("env id name-vN (repeat for several); default: the env of --preset, or of the run whose checkpoint "
                     "--model / --team names; required otherwise")
@@ -182,8 +182,9 @@ def preset_defaults(name: str) -> dict[str, Any]:
     template = {tuple(sorted(m.chat_template_kwargs.items())) for m in cfg.models.values()}
     if len(template) > 1:
         raise ValueError(f"--preset {name}: its models take different chat-template arguments; give --chat-template-kwarg")
-    return {"envs": [cfg.env.id], "env_kwargs": dict(cfg.env.kwargs), "k": cfg.eval.k, "temperature": cfg.eval.temperature,
-            "top_p": cfg.eval.top_p, "top_k": cfg.eval.top_k, "max_new_tokens": cfg.rollout.max_new_tokens,
+    return {"envs": [cfg.env.id], "env_kwargs": dict(cfg.env.kwargs), "k": cfg.eval.k,
+            "temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p, "top_k": cfg.eval.top_k,
+            "max_new_tokens": cfg.rollout.max_new_tokens,
             "max_prompt_tokens": cfg.rollout.max_prompt_tokens, "truncation": cfg.rollout.truncation,
             "chat_template_kwargs": dict(template.pop()) if template else {}}  # fmt: skip
 
