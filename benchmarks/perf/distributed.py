@@ -10,9 +10,15 @@ one-off start-up of the worker groups. Prints one JSON object:
   ``update_tokens_per_s`` (prompt + response tokens trained per second); on Ray also ``publish_s`` (median): the part
   of ``update_s`` that pushes the new weights to the generation engines (rank 0 gathers its full state dict into the
   object store, each engine loads it), which one process does not need (its engine samples from the trained model);
+  and ``rank_update_s`` / ``rank_release_s`` (medians of ``dist/<model>/rank_update_s`` and ``.../rank_release_s``):
+  the slowest rank's own seconds in the update (π_old and the PPO steps) and in releasing its freed memory after it;
+  the rest of ``update_s`` is dispatch, the samples' transfer, the result's return and the push;
 * ``ray_overhead``: ``(ray_1 - single) / single`` for rollout and update time (the cost of the actors, the object
-  store and the weight push at equal work);
+  store and the weight push at equal work), ``update_without_publish`` (the same without the push) and
+  ``inside_rank`` (``(rank_update_s - single update_s) / single update_s``: what the rank's process itself adds);
 * ``speedup_2_vs_1``: ``ray_1 / ray_2`` time ratios;
+* ``setups.ray_1_keep.vs_single``: the one-rank update with ``distributed.rank_host_memory=keep`` (the rank holds
+  the memory it frees, as one process does) over the single process's: whole, without the push, inside the rank;
 * ``rank_memory``: peak RSS of each of 2 data-parallel ranks (gloo, spawned without Ray) during one
   ``dp_ppo_update`` of a tiny Llama with a large vocabulary (``--rank-vocab``), with the plain full-logits
   forward (``lm_head_chunk=0``, no prompt sharing: what the ranks ran before) and with the lean forward the ranks
@@ -40,6 +46,8 @@ from pathlib import Path
 
 #: setup name -> its config overrides
 SETUPS = {"single": (), "ray_1": ("distributed.enabled=true", "distributed.world_size.shared=1"),
+          "ray_1_keep": ("distributed.enabled=true", "distributed.world_size.shared=1",
+                         "distributed.rank_host_memory=keep"),
           "ray_2": ("distributed.enabled=true", "distributed.world_size.shared=2")}  # fmt: skip
 
 
@@ -64,6 +72,7 @@ def _measure(run, args, fixed_samples=None) -> tuple[dict, list]:
     tasks = [run.tasks[i] for i in range(args.tasks)]
     roll, upd, calls, tokens, samples = [], [], 0, 0, fixed_samples
     pushes: list[float] = []
+    inside: dict[str, list[float]] = {"rank_update_s": [], "rank_release_s": []}  # Ray: the ranks' own seconds
     for group in getattr(run.updater, "groups", {}).values():  # Ray: time each weight push inside the update
         def timed(publish=group.publish) -> None:
             t = time.perf_counter()
@@ -80,8 +89,10 @@ def _measure(run, args, fixed_samples=None) -> tuple[dict, list]:
         samples = samples or result.samples  # every setup updates on the first setup's samples: equal work
         adv = np.random.default_rng(k).normal(size=len(samples))  # non-zero: no sample is skipped
         t0 = time.perf_counter()
-        run.updater.update(samples, adv, k)
+        metrics = run.updater.update(samples, adv, k)
         upd.append(time.perf_counter() - t0)
+        for key, values in inside.items():
+            values.extend(v for name, v in metrics.items() if name.startswith("dist/") and name.endswith(f"/{key}"))
     trained = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     rollout_s, update_s = statistics.median(roll), statistics.median(upd)
     return {"rollout_s": round(rollout_s, 3), "rollout_s_runs": [round(x, 3) for x in roll],
@@ -89,7 +100,8 @@ def _measure(run, args, fixed_samples=None) -> tuple[dict, list]:
             "update_s": round(update_s, 3), "update_s_runs": [round(x, 3) for x in upd],
             "update_tokens_per_s": round(trained / update_s, 1),
             **({"publish_s": round(statistics.median(pushes), 3), "publish_s_runs": [round(x, 3) for x in pushes]}
-               if pushes else {})}, samples  # fmt: skip
+               if pushes else {}),
+            **{key: round(statistics.median(v), 3) for key, v in inside.items() if v}}, samples  # fmt: skip
 
 
 def _rss_mb() -> float:
@@ -202,6 +214,12 @@ def main(argv: list[str] | None = None) -> dict:
     ray.shutdown()
     memory = None if args.no_rank_memory else rank_memory(args.rank_vocab)
     s, r1, r2 = setups["single"], setups.get("ray_1"), setups.get("ray_2")
+    if keep := setups.get("ray_1_keep"):  # the rank holding its freed memory (distributed.rank_host_memory=keep)
+        setups["ray_1_keep"]["vs_single"] = {
+            "update": round(keep["update_s"] / s["update_s"], 3),
+            **({"update_without_publish": round((keep["update_s"] - keep["publish_s"]) / s["update_s"], 3)}
+               if "publish_s" in keep else {}),
+            **({"inside_rank": round(keep["rank_update_s"] / s["update_s"], 3)} if "rank_update_s" in keep else {})}  # fmt: skip
     out = {
         "benchmark": "distributed", "model": args.model, "tasks": args.tasks, "group_size": args.group_size,
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "cpu_count": os.cpu_count(),
@@ -213,6 +231,8 @@ def main(argv: list[str] | None = None) -> dict:
         if "publish_s" in r1:  # the one-rank update without its weight push, against the single process's
             out["ray_overhead"]["update_without_publish"] = round(
                 (r1["update_s"] - r1["publish_s"] - s["update_s"]) / s["update_s"], 3)
+        if "rank_update_s" in r1:  # the rank's own update (π_old + PPO steps) against the single process's
+            out["ray_overhead"]["inside_rank"] = round((r1["rank_update_s"] - s["update_s"]) / s["update_s"], 3)
     if r1 and r2:
         out["speedup_2_vs_1"] = {"rollout": round(r1["rollout_s"] / r2["rollout_s"], 3),
                                  "update": round(r1["update_s"] / r2["update_s"], 3)}  # fmt: skip

@@ -17,6 +17,8 @@ __all__ = ["DistributedConfig", "STRATEGIES", "GENERATION_ENGINES"]
 STRATEGIES = ("auto", "fsdp2", "ddp")
 #: accepted ``distributed.generation_engine`` values (see :class:`DistributedConfig`).
 GENERATION_ENGINES = ("hf", "vllm")
+#: accepted ``distributed.rank_host_memory`` values (:class:`~drmas_train.distributed.workers.TrainWorker`)
+RANK_HOST_MEMORY = ("release", "keep")
 
 
 @dataclass
@@ -48,6 +50,14 @@ class DistributedConfig:
     """``auto`` | ``fsdp2`` | ``ddp``; auto = FSDP2 ``fully_shard`` (works on CUDA/NCCL and, with torch >= 2.6,
     on CPU/gloo), or the plain module for a model trained by one rank (nothing to shard; its update then shares
     prompts as the single process does)."""
+    rank_host_memory: str = "release"
+    """what a training rank does with the host memory its update frees (``malloc``; :mod:`drmas_train.distributed.host_memory`):
+    ``release`` gives it back to the OS (glibc's mmap threshold fixed at 128 KiB, ``malloc_trim`` after each update),
+    so a rank holds little between updates; ``keep`` leaves glibc's defaults, as a single process runs: the rank holds
+    its freed activations and reuses them. On CPU ranks ``release`` costs speed, since every activation then
+    faults its pages in afresh: inside a one-rank SmolLM2 update (``benchmarks/perf/distributed.py``) the rank took
+    1.52x the single process's time with ``release`` and 1.03x with ``keep`` (docs/scaling.md, "The one-rank
+    update"). CUDA activations do not come from ``malloc``, so on GPU ranks it matters little."""
     max_restarts: int = 2
     """bounded restarts per run: of generation workers (Ray ``max_restarts``; their owed calls are re-issued) and
     of training groups (rebuilt from the latest checkpoint, the trainer replays from it)."""
@@ -87,6 +97,8 @@ class DistributedConfig:
                 f"distributed.devices_per_node must be >= 0 (0 = CPU-only), got {self.devices_per_node}")  # fmt: skip
         require(self.max_restarts >= 0, f"distributed.max_restarts must be >= 0, got {self.max_restarts}")
         require(self.strategy in STRATEGIES, f"distributed.strategy={self.strategy!r}; accepted: {list(STRATEGIES)}")
+        require(self.rank_host_memory in RANK_HOST_MEMORY,
+                f"distributed.rank_host_memory={self.rank_host_memory!r}; accepted: {list(RANK_HOST_MEMORY)}")  # fmt: skip
         require(self.generation_engine in GENERATION_ENGINES,
                 f"distributed.generation_engine={self.generation_engine!r}; accepted: {list(GENERATION_ENGINES)}")  # fmt: skip
         require(0 < self.vllm_gpu_memory_utilization <= 1,

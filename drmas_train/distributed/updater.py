@@ -193,7 +193,8 @@ class RayUpdater:
                 optim_kwargs = optim.optimizer_kwargs(spec.optimizer)
                 group_args[mid] = ((mid, spec, rpool, rpool.take(sizes[mid], colocate=d.colocate)), dict(
                     share=share, loader=loader, optim_kwargs=optim_kwargs, kl=bool(settings.loss.kl_coef) or keep_reference,
-                    strategy=d.strategy, threads=d.cpus_per_worker, max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
+                    strategy=d.strategy, threads=d.cpus_per_worker, host_memory=d.rank_host_memory,
+                    max_restarts=d.max_restarts, backend_kwargs=backend_kwargs,
                     engine=d.generation_engine, engine_kwargs=vllm_kwargs, sleep_level=d.vllm_sleep_level,
                     vllm_allow_cpu=d.vllm_allow_cpu, vllm_python=d.vllm_python,
                     critics={cid: critic_optim for cid, home in homes.items() if home == mid},
@@ -235,7 +236,10 @@ class RayUpdater:
             ``loss/<model_id>/<metric>``, as the single-process updater's, plus per model
             ``dist/<model_id>/generation_restarts`` (engine faults so far in the run),
             ``dist/<model_id>/reissued_calls`` (calls re-issued after faults since the last update) and
-            ``dist/<model_id>/rank_peak_rss_mb`` (the largest peak resident memory of its training ranks, MiB).
+            ``dist/<model_id>/rank_peak_rss_mb`` (the largest peak resident memory of its training ranks, MiB),
+            ``dist/<model_id>/rank_update_s`` and ``dist/<model_id>/rank_release_s`` (the slowest rank's seconds in
+            its update and in releasing its freed memory after it: the rest of ``perf/update_s`` is the driver's
+            dispatch, the samples' transfer and the weight push).
 
         Raises:
             DistributedError: a training rank died (see :meth:`recover`).
@@ -386,11 +390,8 @@ class RayUpdater:
         except DistributedError:
             self._failed = model_id
             raise
-        peak = out.pop("rank_peak_rss_mb", None)
-        metrics = namespaced(model_id, out)
-        if peak is not None:
-            metrics[f"dist/{model_id}/rank_peak_rss_mb"] = peak
-        return metrics
+        ranks = {k: out.pop(k) for k in ("rank_peak_rss_mb", "rank_update_s", "rank_release_s") if k in out}
+        return {**namespaced(model_id, out), **{f"dist/{model_id}/{k}": v for k, v in ranks.items()}}
 
     def write_state(self, folder: Path) -> None:
         """Every rank's sharded model + optimizer (``sharded/<model_id>/``) and the HF weights written by rank 0

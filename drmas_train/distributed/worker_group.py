@@ -44,6 +44,7 @@ class WorkerGroup:
         loader: ``(spec, model_id) -> LoadedModel`` importable by the workers (None: ``load_model``).
         optim_kwargs: :func:`~drmas_train.algorithm.optim.build_optimizer` arguments. kl: keep a frozen reference.
         strategy: ``auto`` | ``fsdp2`` | ``ddp``. threads: torch threads per worker.
+        host_memory: the ranks' ``release`` | ``keep`` (``distributed.rank_host_memory``, :class:`TrainWorker`).
         critics: ``critic_id -> optimizer arguments`` of the PPO critics on the training ranks (None: none).
         engines: keyword arguments of :class:`GenerationEngines` (``engine``, ``engine_kwargs``, ``sleep_level``,
             ``max_restarts``, ``backend_kwargs``, ``vllm_allow_cpu``, ``vllm_python``).
@@ -56,7 +57,7 @@ class WorkerGroup:
     def __init__(self, model_id: str, spec: Any, pool: ResourcePool, bundles: Sequence[int], *, share: int = 2,
                  loader: Callable | None = None, optim_kwargs: dict[str, Any] | None = None, kl: bool = False,
                  strategy: str = "auto", threads: int = 1, critics: dict[str, dict[str, Any]] | None = None,
-                 **engines: Any) -> None:  # fmt: skip
+                 host_memory: str = "release", **engines: Any) -> None:  # fmt: skip
         self.model_id, self.world_size = model_id, len(bundles)
         self.critic_ids = list(critics or {})
         self.actors: list[Any] = []  # the training ranks, rank order
@@ -67,7 +68,8 @@ class WorkerGroup:
             self.actors = [
                 actor.options(max_restarts=0, **pool.actor_options(b, share)).remote(
                     spec, model_id, rank, self.world_size, loader=loader, optim_kwargs=optim_kwargs, kl=kl,
-                    strategy=strategy, threads=threads, use_gpu=pool.gpus > 0, critics=critics)
+                    strategy=strategy, threads=threads, use_gpu=pool.gpus > 0, critics=critics,
+                    host_memory=host_memory)
                 for rank, b in enumerate(bundles)
             ]  # fmt: skip
             try:
@@ -103,16 +105,19 @@ class WorkerGroup:
     def finish_update(self, refs: list[Any], *, publish: bool = True) -> dict[str, float]:
         """Wait for :meth:`start_update`'s ranks, then :meth:`publish` (unless ``publish=False``: the caller publishes
         later, e.g. after every colocated group's update). Returns rank 0's metrics (reduced over ranks, identical on
-        each) and ``rank_peak_rss_mb``, the largest peak resident memory of any rank so far (MiB).
+        each), ``rank_peak_rss_mb``, the largest peak resident memory of any rank so far (MiB), and the slowest rank's
+        seconds in its update (``rank_update_s``: π_old and the PPO steps) and in releasing its freed memory after it
+        (``rank_release_s``).
 
         Raises:
             DistributedError: a training rank died.
         """
         outs = self._get(refs, "the update")
         peak = max(float(o.pop("peak_rss_mb", 0.0)) for o in outs)
+        timing = {f"rank_{k}": max(float(o.pop(k, 0.0)) for o in outs) for k in ("update_s", "release_s")}
         if publish:
             self.publish()
-        return {**outs[0], "rank_peak_rss_mb": peak}
+        return {**outs[0], "rank_peak_rss_mb": peak, **timing}
 
     def update(self, samples: Sequence[Any], advantages: np.ndarray, seed: int, settings: UpdateSettings) -> dict[str, float]:
         """PPO update on every rank, then :meth:`publish`. Returns the metrics (reduced over ranks)."""

@@ -16,6 +16,7 @@ worker group turns them into actors with ``ray.remote``).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ from drmas_train.algorithm.settings import UpdateSettings
 from drmas_train.algorithm.update import update_policy
 from drmas_train.backends.hf import HFBackend
 from drmas_train.distributed.checkpoint import load_sharded, save_sharded
+from drmas_train.distributed.config import RANK_HOST_MEMORY
 from drmas_train.distributed.data_parallel import (
     rank_hooks,
     rank_settings,
@@ -77,16 +79,26 @@ class TrainWorker:
         critics: ``critic_id -> build_optimizer keyword arguments`` of the critics this model's agents use (PPO
             with a critic); each starts from the model's loaded weights, its head seeded with ``spec.seed``.
 
-    Host memory: the constructor fixes glibc's mmap threshold before the rank allocates anything large (unless the
-    environment sets it: ``MALLOC_MMAP_THRESHOLD_`` / ``GLIBC_TUNABLES``), so freed activations go back to the OS
-    instead of staying in the heap; each call that runs forwards (update, log-probs, critic) ends by returning the
-    memory it freed (:mod:`drmas_train.distributed.host_memory`).
+    Host memory (``host_memory``, ``distributed.rank_host_memory``): with ``release`` the constructor fixes glibc's
+    mmap threshold before the rank allocates anything large (unless the environment sets it:
+    ``MALLOC_MMAP_THRESHOLD_`` / ``GLIBC_TUNABLES``), so freed activations go back to the OS instead of staying in the
+    heap, and each call that runs forwards (update, log-probs, critic) ends by returning the memory it freed
+    (:mod:`drmas_train.distributed.host_memory`); with ``keep`` the rank leaves glibc's defaults and holds what it
+    freed, as a single process does (faster on CPU: no page is faulted in afresh; more resident memory).
+
+    Raises:
+        ValueError: ``host_memory`` not one of :data:`~drmas_train.distributed.config.RANK_HOST_MEMORY`.
     """
 
     def __init__(self, spec: Any, model_id: str, rank: int, world_size: int, *, loader: Callable | None = None,
                  optim_kwargs: dict[str, Any] | None = None, kl: bool = False, strategy: str = "auto",
-                 threads: int = 1, use_gpu: bool = False, critics: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
-        cap_mmap_threshold()  # before the model and its activations are allocated
+                 threads: int = 1, use_gpu: bool = False, critics: dict[str, dict[str, Any]] | None = None,
+                 host_memory: str = "release") -> None:  # fmt: skip
+        if host_memory not in RANK_HOST_MEMORY:
+            raise ValueError(f"host_memory must be {' or '.join(map(repr, RANK_HOST_MEMORY))}, got {host_memory!r}")
+        self.release = host_memory == "release"
+        if self.release:
+            cap_mmap_threshold()  # before the model and its activations are allocated
         torch.set_num_threads(max(int(threads), 1))
         self.spec, self.model_id, self.rank, self.world_size = spec, model_id, rank, world_size
         self.loader, self.optim_kwargs, self.kl = loader, dict(optim_kwargs or {}), kl
@@ -95,6 +107,11 @@ class TrainWorker:
         self.strategy = resolve_strategy(strategy, self.device.type, world_size)  # auto on one rank: the plain module
         self.model = self.opt = self.ref = self.tokenizer = None
         self.critics: dict[str, tuple[Any, Any]] = {}  # critic_id -> (wrapped ValueModel, ModelOptimizer)
+
+    def _release(self) -> None:
+        """Return the memory this call freed to the OS (``host_memory="release"``); nothing with ``keep``."""
+        if self.release:
+            release_freed_memory()
 
     def address(self) -> tuple[str, int]:
         """(node ip, port) of the process group's rendezvous, asked of rank 0: it opens the group's TCP store on a
@@ -126,14 +143,19 @@ class TrainWorker:
         """This rank's part of the PPO update, π_old included (:func:`~drmas_train.algorithm.update.update_policy`
         with the rank's :func:`~drmas_train.distributed.data_parallel.rank_hooks`: every rank recomputes the same
         samples, with the update's forward and micro-batches)."""
+        start = time.perf_counter()
         pad = self.tokenizer.pad_token_id
         settings = rank_settings(self.model, settings)
         hooks = rank_hooks(self.model, rank=self.rank, world_size=self.world_size, pad_token_id=pad)
         out = update_policy(self.model, self.opt, samples, advantages, settings, pad_token_id=pad, ref_model=self.ref,
                             seed=seed, hooks=hooks)  # fmt: skip
+        updated = time.perf_counter()
         del samples
-        release_freed_memory()  # the update's freed activations and gradients leave the process before the rollout
-        return {**out, "peak_rss_mb": peak_rss_mb()}
+        self._release()  # the update's freed activations and gradients leave the process before the rollout
+        # seconds inside the rank (WorkerGroup.finish_update reports the slowest rank's): what the driver's wait adds
+        # beyond them is dispatch, the samples' transfer and the result's return
+        return {**out, "peak_rss_mb": peak_rss_mb(), "update_s": updated - start,
+                "release_s": time.perf_counter() - updated}  # fmt: skip
 
     def kl_logprobs(self, samples: Sequence[Any], settings: UpdateSettings) -> tuple[list[list[float]], list[list[float]]]:
         """Collective: π_old's (recomputed with the training model when ``settings.recompute_old_logprobs``, on every
@@ -146,12 +168,12 @@ class TrainWorker:
             samples, _ = recompute_old_logprobs(hooks.forward, samples, settings, pad_token_id=pad,
                                                 agree_budget=hooks.agree_budget)  # fmt: skip
         if self.rank != 0:
-            release_freed_memory()
+            self._release()
             return [], []
         ref, _ = recompute_old_logprobs(self.ref, samples, settings, pad_token_id=pad)
         out = [list(s.old_logprobs) for s in samples], [list(s.old_logprobs) for s in ref]
         del samples, ref
-        release_freed_memory()
+        self._release()
         return out
 
     def critic_values(self, critic_id: str, samples: Sequence[Any], settings: UpdateSettings) -> list[np.ndarray]:
@@ -161,7 +183,7 @@ class TrainWorker:
         hooks = rank_hooks(critic, rank=self.rank, world_size=self.world_size, pad_token_id=self.tokenizer.pad_token_id)
         out = critic_values(hooks.forward, samples, rank_settings(critic, settings), pad_token_id=self.tokenizer.pad_token_id,
                             agree_budget=hooks.agree_budget)  # fmt: skip
-        release_freed_memory()
+        self._release()
         return out
 
     def update_critic(self, critic_id: str, samples: Sequence[Any], old_values: np.ndarray, returns: np.ndarray,
@@ -174,7 +196,7 @@ class TrainWorker:
         with opt.resident():
             out = value_update(critic, opt, samples, old_values, returns, rank_settings(critic, settings),
                                pad_token_id=pad, seed=seed, hooks=hooks)  # fmt: skip
-        release_freed_memory()
+        self._release()
         return out
 
     def save_critic(self, critic_id: str, path: str) -> None:

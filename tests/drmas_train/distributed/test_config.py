@@ -26,6 +26,7 @@ def test_defaults_keep_the_single_process_path():
         ("distributed.devices_per_node=-1", "distributed.devices_per_node must be >= 0 (0 = CPU-only), got -1"),
         ("distributed.max_restarts=-1", "distributed.max_restarts must be >= 0, got -1"),
         ("distributed.strategy=zero3", "distributed.strategy='zero3'; accepted: ['auto', 'fsdp2', 'ddp']"),
+        ("distributed.rank_host_memory=lean", "distributed.rank_host_memory='lean'; accepted: ['release', 'keep']"),
         ("distributed.world_size.sharde=2", "distributed.world_size.sharde names no model; defined models: ['shared']. Did you mean 'shared'?"),
         ("distributed.world_size.shared=0", "distributed.world_size.shared must be an int >= 1, got 0"),
     ],

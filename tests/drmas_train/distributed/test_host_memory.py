@@ -103,18 +103,21 @@ def test_capped_threshold_returns_freed_blocks_to_the_os():
     assert dynamic["after_release"] < 16.0
 
 
-# a training rank's process: the TrainWorker constructor, with glibc's mallopt recorded
+# a training rank's process: the TrainWorker constructor (host_memory from argv), then its release after a call,
+# with glibc's mallopt and malloc_trim recorded
 _TRAIN_WORKER = textwrap.dedent(
     """
-    import json
+    import json, sys
     from drmas_train.distributed import host_memory
     from drmas_train.distributed.workers import TrainWorker
     from drmas_train.model.models import ModelSpec
 
     libc, calls = host_memory._glibc(), []
-    mallopt = libc.mallopt
+    mallopt, trim = libc.mallopt, libc.malloc_trim
     libc.mallopt = lambda *args: calls.append(list(args)) or mallopt(*args)
-    TrainWorker(ModelSpec("tiny-llama"), "m", 0, 1)
+    libc.malloc_trim = lambda *args: calls.append(["trim"]) or trim(*args)
+    worker = TrainWorker(ModelSpec("tiny-llama"), "m", 0, 1, host_memory=sys.argv[1])
+    worker._release()
     print(json.dumps(calls))
     """
 )
@@ -123,17 +126,26 @@ _TRAIN_WORKER = textwrap.dedent(
 @pytest.mark.slow  # ~16-23 s each on 2 loaded cores: imports torch, transformers and ray
 @pytest.mark.skipif(not GLIBC, reason="the mmap threshold is glibc's")
 @pytest.mark.parametrize(
-    ("env_vars", "calls"),
+    ("env_vars", "host_memory", "calls"),
     [
-        ({}, [[-3, 128 * 1024]]),  # M_MMAP_THRESHOLD fixed at glibc's initial 128 KiB
-        ({"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20)}, []),  # the user's threshold is left alone
-        ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1048576"}, []),
+        ({}, "release", [[-3, 128 * 1024], ["trim"]]),  # M_MMAP_THRESHOLD fixed at glibc's initial 128 KiB
+        ({"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20)}, "release", [["trim"]]),  # the user's threshold is left alone
+        ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1048576"}, "release", [["trim"]]),
+        ({}, "keep", []),  # distributed.rank_host_memory=keep: glibc's defaults, nothing released
     ],
 )
-def test_a_training_rank_caps_the_threshold_unless_the_environment_sets_it(env_vars, calls):
+def test_a_training_rank_caps_the_threshold_unless_the_environment_sets_it(env_vars, host_memory, calls):
     env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")}
     env.update(OMP_NUM_THREADS="1", **env_vars)
     out = subprocess.run(
-        [sys.executable, "-c", _TRAIN_WORKER], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", _TRAIN_WORKER, host_memory], env=env, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout.strip().splitlines()[-1]) == calls
+
+
+def test_a_training_rank_refuses_an_unknown_host_memory():
+    from drmas_train.distributed.workers import TrainWorker
+    from drmas_train.model.models import ModelSpec
+
+    with pytest.raises(ValueError, match="host_memory must be 'release' or 'keep', got 'lean'"):
+        TrainWorker(ModelSpec("tiny-llama"), "m", 0, 1, host_memory="lean")

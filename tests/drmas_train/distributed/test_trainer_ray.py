@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import time
 from collections import Counter
 
 import numpy as np
@@ -61,7 +62,12 @@ def test_ray_iteration_matches_single_process(runs):
         assert not np.any(compute_advantages(local.cfg, got))  # greedy: a group's rollouts are all equal
         adv = np.random.default_rng(it).normal(size=len(want))  # so update on fixed non-zero advantages
         m_local = local.updater.update(want, adv, it)
+        start = time.perf_counter()
         m_dist = dist.updater.update(got, adv, it)
+        waited = time.perf_counter() - start
+        # the ranks' own seconds: the update inside the slowest rank, then its memory release, both within the wait
+        assert 0 < m_dist["dist/m/rank_update_s"] and 0 <= m_dist["dist/m/rank_release_s"]
+        assert m_dist["dist/m/rank_update_s"] + m_dist["dist/m/rank_release_s"] < waited
         assert m_dist["loss/m/grad_norm"] == pytest.approx(m_local["loss/m/grad_norm"], rel=1e-4)
         assert m_dist["loss/m/pg_loss"] == pytest.approx(m_local["loss/m/pg_loss"], rel=1e-4, abs=1e-7)
         assert m_dist["loss/m/steps"] == m_local["loss/m/steps"] == 1.0
