@@ -309,6 +309,10 @@ def rehearse(preset: str, workdir: str | Path, *, vllm_python: str | None = None
             if peaks:
                 verdict["memory"]["rank_peak_rss_mb"] = peaks
             row["precision"] = _precision_rows(cfg, rows)
+            # trained models no update reached (none of their agents' calls came up, e.g. an agent a tiny random
+            # router never calls): their precision was not rehearsed, which the verdict says rather than hides
+            row["not_updated"] = sorted(m for m, p in row["precision"].items()
+                                        if all(x is None for x in p["update_changed_frac"]))  # fmt: skip
             stalled = {r["iteration"]: s for r in rows if (s := stalled_updates(r))}
             if stalled:
                 raise RuntimeError(f"updates with a non-zero gradient left the weights (nearly) unchanged: {stalled} "

@@ -115,6 +115,9 @@ def test_full_rehearsal(name, tmp_path):
                              for p in precision.values()), precision  # fmt: skip
     moved = [f for p in precision.values() for f in p["update_changed_frac"] if f is not None and f == f]
     assert moved and min(moved) > 0.9, precision  # every update moved the weights that had a gradient
+    idle = verdict["stages"][1]["not_updated"]  # named, not hidden: models no update reached
+    assert idle == sorted(m for m, p in precision.items() if not any(x is not None for x in p["update_changed_frac"]))
+    assert len(idle) < len(precision)
     from drmas_train.run.checkpoint import saved_model_weights
 
     exported = saved_model_weights(verdict["stages"][2]["path"])  # the checkpoint's exported models: the masters
