@@ -565,7 +565,19 @@ def _reusable(job: dict[str, Any]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
-    return record if record.get("job") == _job_key(job) else None
+    return record if same_job(record.get("job"), _job_key(job)) else None
+
+
+def same_job(recorded: Mapping[str, Any] | None, key: Mapping[str, Any]) -> bool:
+    """Whether a record's job key is ``key``: the same preset, seed and overrides, a ``run.dir=`` override compared
+    as the directory it names (``--runs runs/x`` from the repository and ``--runs /abs/repo/runs/x`` are one run)."""
+
+    def canonical(k: Mapping[str, Any]) -> dict[str, Any]:
+        overrides = [f"run.dir={Path(o.removeprefix('run.dir=')).resolve()}" if o.startswith("run.dir=") else o
+                     for o in k.get("overrides", [])]  # fmt: skip
+        return {**k, "overrides": overrides}
+
+    return recorded is not None and canonical(recorded) == canonical(key)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -188,8 +188,11 @@ def setting_verdict(primary: Mapping[str, Any], scale: Mapping[str, Any]) -> dic
            "units move the result": moves(primary, "units"),
            "the scale moves the result": moves(scale),
            "nominal only": [n for rows in (primary, scale) for n, r in rows.items() if r["verdict"] == "nominal only"]}  # fmt: skip
-    if not any(out[k] for k in ("grouping moves the result", "units move the result", "the scale moves the result")):
-        ns = sorted({r["n"] for rows in (primary, scale) for r in rows.values() if r["n"]})
+    ns = sorted({r["n"] for rows in (primary, scale) for r in rows.values() if r["n"]})
+    if max(ns, default=0) < SEEDS:  # the protocol's verdict is about n = 3 seeds (or 5 after the extension)
+        out["sentence"] = (f"no verdict yet: the contrasts have n = {'/'.join(map(str, ns)) or 0} seed(s) so far; the "
+                           f"protocol's verdict uses n = {SEEDS}")  # fmt: skip
+    elif not any(out[k] for k in ("grouping moves the result", "units move the result", "the scale moves the result")):
         detectable = [r["detectable"] for r in primary.values() if r["detectable"] is not None]
         out["sentence"] = (f"no contrast moves the held-out outcome at n = {'/'.join(map(str, ns))} seeds"
                            + (f"; detectable (2 SE): up to ±{max(detectable):.3f}" if detectable else ""))  # fmt: skip

@@ -280,3 +280,15 @@ def test_overrides_after_the_preset_list_are_overrides():
     )
     assert args.presets == ["quickstart_math_rloo"] and args.overrides == ["algorithm.grouping=prompt_agent"]
     assert args.seeds == 2 and _module().parse_args([]).presets == list(_module().PRESETS)
+
+
+def test_a_run_is_the_same_whichever_spelling_of_its_directory(tmp_path, monkeypatch):
+    """A finished run recorded with ``--runs /abs/runs`` is reused by ``--runs runs`` from the same directory (and
+    the reverse); another directory, seed or override is another run."""
+    monkeypatch.chdir(tmp_path)
+    bench = _module()
+    key = {"preset": "quickstart_math", "seed": 2000, "overrides": ["seed=2000", f"run.dir={tmp_path}/runs/q/seed_2000"]}
+    relative = {**key, "overrides": ["seed=2000", "run.dir=runs/q/seed_2000"]}
+    assert bench.same_job(key, relative) and bench.same_job(relative, key)
+    assert not bench.same_job(key, {**relative, "overrides": ["seed=2000", "run.dir=runs/other/seed_2000"]})
+    assert not bench.same_job(key, {**key, "seed": 2001}) and not bench.same_job(None, key)

@@ -126,3 +126,9 @@ def test_setting_outcomes_pair_by_seed_and_list_what_is_pending():
     per_task = o["per_task"]["grouping | call"]  # pooled over 3 seeds x 2 tasks
     assert per_task["n"] == 6 and per_task["mean"] == pytest.approx(0.11 * 1.5 / 2)
     assert o["arms"]["A-T"]["gain"]["n"] == 2
+
+
+def test_before_three_seeds_there_is_no_verdict_yet():
+    one = {2000: {"G-T": 0.375, "G-C": 0.320, "A-C": 0.234}}
+    verdict = nm.setting_verdict(nm.family(one, nm.PRIMARY), nm.family(one, nm.SCALE))
+    assert verdict["sentence"] == "no verdict yet: the contrasts have n = 1 seed(s) so far; the protocol's verdict uses n = 3"
