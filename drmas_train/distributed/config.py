@@ -10,7 +10,7 @@ from typing import Any
 
 from drmas_train.errors import ConfigError, require
 
-__all__ = ["DistributedConfig", "STRATEGIES", "GENERATION_ENGINES"]
+__all__ = ["DistributedConfig", "STRATEGIES", "GENERATION_ENGINES", "RANK_HOST_MEMORY"]
 
 #: accepted ``distributed.strategy`` values (``auto`` resolves to one of the others,
 #: :func:`drmas_train.distributed.data_parallel.resolve_strategy`).
