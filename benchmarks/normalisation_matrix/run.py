@@ -36,6 +36,7 @@ The game setting joins :data:`SETTINGS` by the amendment that names its preset a
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -96,8 +97,10 @@ def _load(path: Path, name: str) -> Any:
     return mod
 
 
+@functools.cache
 def _paper_effect() -> Any:
-    """``benchmarks/paper_effect/run.py`` (its ``mean_stderr`` and ``spike_count``: the same definitions here)."""
+    """``benchmarks/paper_effect/run.py``, loaded once (its ``mean_stderr``, ``spike_count`` and ``series``: the same
+    definitions here)."""
     return _load(PAPER_EFFECT, "drmas_bench_paper_effect")
 
 
@@ -207,16 +210,9 @@ def extension_due(primary: Mapping[str, Any]) -> bool:
 
 def role_spikes(rows: Sequence[Mapping[str, Any]], role: str, factor: float = SPIKE_FACTOR) -> int:
     """Iterations whose ``agent/<role>/grad_norm_max`` exceeds ``factor`` x the median over the run's iterations of
-    ``agent/<role>/grad_norm`` (PROTOCOL.md "Secondary outcomes" 2, per role)."""
-    means = [r[f"agent/{role}/grad_norm"] for r in rows if _finite(r.get(f"agent/{role}/grad_norm"))]
-    if not means:
-        return 0
-    bar = factor * statistics.median(means)
-    return sum(1 for r in rows if _finite(r.get(f"agent/{role}/grad_norm_max")) and r[f"agent/{role}/grad_norm_max"] > bar)
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    ``agent/<role>/grad_norm`` (PROTOCOL.md "Secondary outcomes" 2, per role): paper_effect's ``spike_count`` in the
+    ``agent`` namespace."""
+    return _paper_effect().spike_count(rows, role, factor, namespace="agent")
 
 
 def run_secondary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -224,22 +220,19 @@ def run_secondary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     factor (``adv/<role>/prop43_ratio``: every iteration's value), the measured ``adv/<role>/second_moment``
     values and the role's spike count; per model the spike count and the pre-clip gradient norms (mean, median,
     max of ``loss/<model>/grad_norm``)."""
+    pe = _paper_effect()
     it = [r for r in rows if r.get("iteration", 0) > 0]
     roles = sorted({k.split("/")[1] for r in it for k in r if k.startswith("adv/") and k.endswith("/prop43_ratio")})
     models = sorted({k.split("/")[1] for r in it for k in r if k.startswith("loss/") and k.endswith("/grad_norm")})
-    spike = _paper_effect().spike_count
     out: dict[str, Any] = {"roles": {}, "models": {}}
     for role in roles:
-        out["roles"][role] = {
-            "prop43": [float(r[f"adv/{role}/prop43_ratio"]) for r in it if _finite(r.get(f"adv/{role}/prop43_ratio"))],
-            "second_moment": [float(r[f"adv/{role}/second_moment"]) for r in it
-                              if _finite(r.get(f"adv/{role}/second_moment"))],
-            "spikes": role_spikes(it, role),
-        }  # fmt: skip
+        out["roles"][role] = {"prop43": pe.series(rows, f"adv/{role}/prop43_ratio"),
+                              "second_moment": pe.series(rows, f"adv/{role}/second_moment"),
+                              "spikes": role_spikes(it, role)}  # fmt: skip
     for m in models:
-        g = [float(r[f"loss/{m}/grad_norm"]) for r in it if _finite(r.get(f"loss/{m}/grad_norm"))]
-        out["models"][m] = {"spikes": spike(it, m), "grad_norm": {"mean": statistics.fmean(g), "median": statistics.median(g),
-                                                                  "max": max(g)} if g else None}  # fmt: skip
+        g = pe.series(rows, f"loss/{m}/grad_norm")
+        out["models"][m] = {"spikes": pe.spike_count(it, m), "grad_norm": {"mean": statistics.fmean(g), "median": statistics.median(g),
+                                                                            "max": max(g)} if g else None}  # fmt: skip
     return out
 
 
@@ -276,13 +269,13 @@ def setting_outcomes(arms: Mapping[str, str], runs: Sequence[Mapping[str, Any]],
     by_arm: dict[str, list[Mapping[str, Any]]] = {a: [] for a in arms}
     for r in mine:
         by_arm[preset_arm[r["preset"]]].append(r)
+    pe = _paper_effect()
     per_task = {}
     for name, (x, y) in PRIMARY.items():
         xs = {r["seed"]: r for r in by_arm[x]}
         d = [xs[r["seed"]]["final_scores"][t] - r["final_scores"][t] for r in by_arm[y] if r["seed"] in xs
              for t in sorted(r["final_scores"]) if t in xs[r["seed"]]["final_scores"]]  # fmt: skip
-        per_task[name] = _paper_effect().mean_stderr(d) if d else None
-    pe = _paper_effect()
+        per_task[name] = pe.mean_stderr(d) if d else None
     return {
         "arms": {a: {"preset": arms[a],
                      "gain": pe.mean_stderr([r["gain"] for r in by_arm[a]]) if by_arm[a] else None,

@@ -86,21 +86,26 @@ def verdict(estimate: Mapping[str, Any]) -> str:
     return f"not distinguishable at n = {n} seed{'s' if n != 1 else ''}"
 
 
-def spike_count(rows: Sequence[Mapping[str, Any]], model: str, factor: float = SPIKE_FACTOR) -> int:
+def spike_count(rows: Sequence[Mapping[str, Any]], model: str, factor: float = SPIKE_FACTOR, *,
+                namespace: str = "loss") -> int:  # fmt: skip
     """Iterations whose ``loss/<model>/grad_norm_max`` (the largest optimizer-step gradient norm of the iteration)
-    exceeds ``factor`` x the median over the run's iterations of ``loss/<model>/grad_norm`` (PROTOCOL.md)."""
-    means = [r[f"loss/{model}/grad_norm"] for r in rows if _finite(r.get(f"loss/{model}/grad_norm"))]
+    exceeds ``factor`` x the median over the run's iterations of ``loss/<model>/grad_norm`` (PROTOCOL.md).
+    ``namespace="agent"`` counts an agent's spikes the same way (``agent/<agent>/grad_norm[_max]``, its part of its
+    model's gradient)."""
+    key = f"{namespace}/{model}/grad_norm"
+    means = [r[key] for r in rows if _finite(r.get(key))]
     if not means:
         return 0
     bar = factor * statistics.median(means)
-    return sum(1 for r in rows if _finite(r.get(f"loss/{model}/grad_norm_max")) and r[f"loss/{model}/grad_norm_max"] > bar)
+    return sum(1 for r in rows if _finite(r.get(f"{key}_max")) and r[f"{key}_max"] > bar)
 
 
 def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _series(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+def series(rows: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    """``key``'s finite values over the training iterations (``iteration`` > 0) of ``metrics.jsonl`` rows."""
     return [float(r[key]) for r in rows if r.get("iteration", 0) > 0 and _finite(r.get(key))]
 
 
@@ -112,13 +117,13 @@ def gradient_health(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     agents = sorted({k.split("/")[1] for r in rows for k in r if k.startswith("agent/") and k.endswith("/grad_norm")})
     out: dict[str, Any] = {"models": {}, "agents": {}}
     for m in models:
-        g = _series(rows, f"loss/{m}/grad_norm")
+        g = series(rows, f"loss/{m}/grad_norm")
         if g:
             out["models"][m] = {"mean": statistics.fmean(g), "median": statistics.median(g), "max": max(g),
                                 "spikes": spike_count([r for r in rows if r.get("iteration", 0) > 0], m)}  # fmt: skip
     for a in agents:
-        g = _series(rows, f"agent/{a}/grad_norm")
-        m2 = _series(rows, f"adv/{a}/second_moment")
+        g = series(rows, f"agent/{a}/grad_norm")
+        m2 = series(rows, f"adv/{a}/second_moment")
         if g:
             med = statistics.median(g)
             out["agents"][a] = {"mean": statistics.fmean(g), "median": med, "max": max(g),
