@@ -8,6 +8,13 @@ valid replies and of each move. No training; one model load.
 
     python benchmarks/games/reply_format.py --hands 32 --threads 1 --temperatures 0.7 \
         --out benchmarks/games/data/reply_format.json
+
+``--presets`` asks the same of game presets instead (each preset's env id, kwargs and ``rollout.stop``; its first
+decision in ``--hands`` seeded games against its opponent, seats rotated): per preset, the share of valid replies
+and of each legal move (``moves``), e.g. the game pilot's candidates:
+
+    python benchmarks/games/reply_format.py --presets quickstart_game_tic_tac_toe,quickstart_game_connect_four \
+        --hands 32 --threads 1 --temperatures 0.7 --out benchmarks/games/data/reply_format_pilot.json
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import drmas_envs
 from drmas_envs.games.actions import match_action, parse_action
@@ -51,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hands", type=int, default=32)
     p.add_argument("--temperatures", default="0.7,1.0")
     p.add_argument("--only", default=None, help="comma-separated candidate names (default: all)")
+    p.add_argument("--presets", default=None,
+                   help="comma-separated game presets: measure their own prompts instead of the Kuhn candidates")
     p.add_argument("--max-new-tokens", type=int, default=24)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=None, help="also write the JSON here")
@@ -69,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     load_s = time.perf_counter() - t0
     out: dict = {"model": args.model, "hands": args.hands, "max_new_tokens": args.max_new_tokens,
                  "load_s": round(load_s, 1), "candidates": {}}  # fmt: skip
+    if args.presets:
+        for preset in args.presets.split(","):
+            out["candidates"].update(_preset_rows(backend, preset, args))
+        return _emit(out, args.out)
     names = args.only.split(",") if args.only else list(CANDIDATES)
     for name in names:
         system, user = CANDIDATES[name]
@@ -93,11 +107,58 @@ def main(argv: list[str] | None = None) -> int:
                 "generate_s": round(time.perf_counter() - t1, 1),
                 "example": gens[0].text,
             }
+    return _emit(out, args.out)
+
+
+def _emit(out: dict, path: str | None) -> int:
     text = json.dumps(out, indent=2)
     print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if path:
+        Path(path).write_text(text + "\n")
     return 0
+
+
+def _preset_rows(backend: Any, preset: str, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """``{"<preset>@<temperature>": row}`` for a game preset: the first decision of ``args.hands`` seeded games
+    (reset seed g, rollout index g: seats rotated as in a group) under the preset's env id and kwargs, generated with
+    its ``rollout.stop``; ``valid`` is the share of replies naming a legal move, ``moves`` each move's share of all
+    replies (by its name in the first game that offered it).
+
+    Raises:
+        ConfigError: ``preset`` is not a config, or its env is not a game (no legal move names).
+    """
+    from drmas_train.backends.base import SamplingParams
+    from drmas_train.run.config import ConfigError, load_config
+
+    cfg = load_config(preset)
+    env = drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs))
+    if not hasattr(env.unwrapped, "_legal_names"):
+        raise ConfigError(f"--presets {preset}: env {cfg.env.id!r} is not a game of drmas_envs.games")
+    prompts, legal = [], []
+    for g in range(args.hands):
+        env.reset(seed=g, options={"rollout_index": g})
+        obs = env.observe(env.agent_selection)
+        prompts.append(list(obs["messages"]))
+        legal.append(env.unwrapped._legal_names(env.unwrapped.possible_agents.index(env.agent_selection)))
+    rows = {}
+    for temp in (float(t) for t in args.temperatures.split(",")):
+        t1 = time.perf_counter()
+        sampling = SamplingParams(temperature=temp, max_new_tokens=args.max_new_tokens, seed=0,
+                                  stop=tuple(cfg.rollout.stop))  # fmt: skip
+        gens = backend.generate(prompts, sampling)
+        moves = [match_action(parse_action(g.text), names) for g, names in zip(gens, legal, strict=True)]
+        counts: dict[str, int] = {}
+        for move, names in zip(moves, legal, strict=True):
+            if move is not None:
+                counts[names[move]] = counts.get(names[move], 0) + 1
+        rows[f"{preset}@{temp}"] = {
+            "env_id": cfg.env.id,
+            "valid": sum(counts.values()) / len(moves),
+            "moves": {name: n / len(moves) for name, n in sorted(counts.items())},
+            "generate_s": round(time.perf_counter() - t1, 1),
+            "example": gens[0].text,
+        }
+    return rows
 
 
 if __name__ == "__main__":
