@@ -118,12 +118,38 @@ def _first_last(rows: Sequence[dict], key: str) -> dict[str, float] | None:
     return {"first": float(vals[0]), "last": float(vals[-1])} if vals else None
 
 
+def _game_gain(rows: Sequence[dict]) -> dict[str, Any] | None:
+    """A game run's outcome (the validations against its first opponent): ``outcome`` ("return vs <opponent>"),
+    and for its first and last validation rows ``return`` (pooled over the learning seats) and ``stderr``, and for
+    the last ``gain``, the return gain averaged over the roles with equal weight
+    (:func:`drmas_train.eval.game_metrics.role_return_gain`), with ``gain_stderr`` the trainer's paired standard
+    error of the pooled gain (``val/<opponent>/return_gain_se``: the same number when the seats are balanced). None
+    for a run without game validations."""
+    from drmas_train.eval.game_metrics import role_return_gain
+
+    val = [r for r in rows if any(k.endswith("/all/return") and k.startswith("val/") for k in r)]
+    if len(val) < 2:
+        return None
+    opponent = next(k[len("val/"):-len("/all/return")] for k in val[0] if k.startswith("val/") and k.endswith("/all/return"))
+    p = f"val/{opponent}"
+
+    def row(r: dict) -> dict[str, Any]:
+        return {"return": r[f"{p}/all/return"], "stderr": r.get(f"{p}/all/return_se")}
+
+    last = {**row(val[-1]), "gain": role_return_gain(val[0], val[-1], p)["gain"],
+            "gain_stderr": val[-1].get(f"{p}/return_gain_se")}  # fmt: skip
+    return {"outcome": f"return vs {opponent}", "first": row(val[0]), "last": last}
+
+
 def run_record(rows: Sequence[dict]) -> dict[str, Any]:
     """The benchmark's figures of one training run, from its ``metrics.jsonl`` rows.
 
     Returns:
-        ``k``; ``initial`` / ``final`` (held-out avg@k at iteration 0 and at the last validation), ``final_stderr``,
-        ``gain`` / ``gain_stderr`` (the trainer's paired gain over the same tasks and its standard error over tasks),
+        ``k``; ``outcome`` (what ``initial``, ``final`` and ``gain`` measure: ``held-out avg@k``, or for a game
+        ``return vs <opponent>``, :func:`_game_gain`); ``initial`` / ``final`` (held-out avg@k, or a game's return
+        against its first validation opponent, at iteration 0 and at the last validation), ``final_stderr``,
+        ``gain`` / ``gain_stderr`` (the trainer's paired gain over the same tasks and its standard error over tasks;
+        a game's return gain averaged over its roles),
         ``final_iteration``; ``grad_norm`` / ``grad_norm_max`` (model -> mean of ``loss/<model>/grad_norm`` over the
         iterations, max of ``loss/<model>/grad_norm_max``); ``agent_grad_norm`` (agent -> mean over iterations of
         ``agent/<agent>/grad_norm``, its part of its model's gradient); ``adv_rms`` (agent -> mean over iterations of
@@ -137,6 +163,9 @@ def run_record(rows: Sequence[dict]) -> dict[str, Any]:
     """
     validation = _quickstart().summarize(list(rows))["validation"]
     first, last = validation[0], validation[-1]
+    game = _game_gain(rows)
+    if game is not None and first["iteration"] == 0 and last["iteration"] > 0:
+        first, last = {**first, **game["first"]}, {**last, **game["last"]}
     if first["iteration"] != 0 or "gain" not in last:
         raise ValueError("the gain needs a validation at iteration 0 (eval.before_train=true) and one after training; "
                          f"validated iterations: {[v['iteration'] for v in validation]}")  # fmt: skip
@@ -163,8 +192,9 @@ def run_record(rows: Sequence[dict]) -> dict[str, Any]:
     acc = _finite([r.get("rollout/accuracy") for r in train_rows])
     return {
         "k": int(key[len("avg@") :]),
-        "initial": first[key],
-        "final": last[key],
+        "outcome": game["outcome"] if game is not None else f"held-out {key}",
+        "initial": first.get("return", first[key]),
+        "final": last.get("return", last[key]),
         "final_stderr": last["stderr"],
         "gain": last["gain"],
         "gain_stderr": last["gain_stderr"],

@@ -69,21 +69,20 @@ def run_outcome(validation: Mapping[str, Mapping[str, float]], opponent: str = O
         None when absent); ``final_iteration``.
 
     Raises:
-        ValueError: no validation at iteration 0 and after it, or no role's return in both.
+        ValueError: no validation at iteration 0 and after it, or no role's return in both
+            (:func:`drmas_train.eval.game_metrics.role_return_gain`).
     """
+    from drmas_train.eval.game_metrics import role_return_gain
+
     iters = sorted(int(i) for i in validation)
     if not iters or iters[0] != 0 or iters[-1] == 0:
         raise ValueError(f"the gain needs a validation at iteration 0 and a later one; validated: {iters}")
     first, last = validation[str(iters[0])], validation[str(iters[-1])]
     prefix = f"val/{opponent}/"
-    roles = sorted(k[len(prefix):-len("/return")] for k in first
-                   if k.startswith(prefix) and k.endswith("/return") and not k.startswith(prefix + "all/"))  # fmt: skip
-    roles = [r for r in roles if f"{prefix}{r}/return" in last]
-    if not roles:
-        raise ValueError(f"no per-role return against {opponent!r} in both validations (keys {prefix}<role>/return)")
+    role_gain = role_return_gain(first, last, prefix.rstrip("/"))["roles"]
+    roles = list(role_gain)
     initial = {r: first[f"{prefix}{r}/return"] for r in roles}
     final = {r: last[f"{prefix}{r}/return"] for r in roles}
-    role_gain = {r: final[r] - initial[r] for r in roles}
     return {
         "gain": statistics.fmean(role_gain.values()),
         "role_gain": role_gain,

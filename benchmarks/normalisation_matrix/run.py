@@ -7,8 +7,8 @@ already finished, so the study continues across sessions). Then the protocol's o
 
 * the two families of paired contrasts (:data:`PRIMARY`, :data:`SCALE`): per contrast ``d_s = outcome(X, s) -
   outcome(Y, s)``, mean ± SE (sample std, ddof 1, / sqrt(n)), the paired t statistic with n - 1 degrees of freedom,
-  its two-sided p, the Holm-Bonferroni adjusted p within the family (:func:`holm`) and the verdict
-  (:func:`contrast_verdict`);
+  its two-sided p, the Holm-Bonferroni adjusted p within the family, across the settings (:func:`holm`,
+  :func:`holm_across`) and the verdict (:func:`contrast_verdict`);
 * the descriptive contrasts (:data:`DESCRIPTIVE`: the interaction, Eq. 5 as a whole), without a verdict;
 * the study's verdict per setting (:func:`setting_verdict`) and whether the pre-registered extension to seeds 2003
   and 2004 is due (:func:`extension_due`);
@@ -178,6 +178,21 @@ def descriptive(outcome: Mapping[int, Mapping[str, float]]) -> dict[str, Any]:
         d = [sum(outcome[s][a] for a in plus) - sum(outcome[s][a] for a in minus) for s in seeds]
         out[name] = {"seeds": seeds, **(_paper_effect().mean_stderr(d) if d else {"mean": None, "stderr": None, "n": 0})}
     return out
+
+
+def holm_across(outcomes: Mapping[str, dict[str, Any]]) -> None:
+    """PROTOCOL.md "Tests and correction": Holm within each family *across the settings* (the primary family is 4
+    contrasts per setting, 8 with both settings; likewise the scale family). Rewrites, in place, each contrast's
+    ``p_holm`` and ``verdict`` (as :func:`family` gives them within one setting) and each setting's ``verdict`` and
+    ``extension_due`` from the joint adjustment; with one setting it changes nothing."""
+    for fam in ("primary", "scale"):
+        rows = [row for o in outcomes.values() for row in o[fam].values()]
+        for row, p_holm in zip(rows, holm([r["p"] for r in rows]), strict=True):
+            row["p_holm"] = p_holm
+            row["verdict"] = contrast_verdict(row, p_holm) if row["n"] else "no seed has both arms yet"
+    for o in outcomes.values():
+        o["verdict"] = setting_verdict(o["primary"], o["scale"])
+        o["extension_due"] = extension_due(o["primary"])
 
 
 def setting_verdict(primary: Mapping[str, Any], scale: Mapping[str, Any]) -> dict[str, Any]:
@@ -383,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = results["runs"]
     secondary = {r["run_dir"]: run_secondary(read_metrics(Path(r["run_dir"]) / "metrics.jsonl")) for r in runs}
     outcomes = {s: setting_outcomes(a, runs, secondary) for s, a in arms.items()}
+    holm_across(outcomes)
     results["normalisation_matrix"] = {"protocol": protocol, "settings": outcomes}
     results_path.write_text(json.dumps(results, indent=1) + "\n")
     plot_outcomes(outcomes, Path(args.out) / "normalisation_matrix.png")

@@ -21,7 +21,7 @@ from typing import Any
 from drmas_envs.core.role_stats import role_outcomes
 from drmas_train.eval.metrics import mean_stderr
 
-__all__ = ["episode_returns", "is_game_episode", "paired_gain", "role_metrics", "stats_line"]
+__all__ = ["episode_returns", "is_game_episode", "paired_gain", "role_metrics", "role_return_gain", "stats_line"]
 
 
 def is_game_episode(record: Any) -> bool:
@@ -100,6 +100,34 @@ def paired_gain(now: Sequence[float], before: Sequence[float]) -> tuple[float, f
         raise ValueError("paired gain needs at least one episode")
     est = mean_stderr([float(a) - float(b) for a, b in zip(now, before, strict=True)])
     return est.value, est.stderr
+
+
+def role_return_gain(before: Mapping[str, float], after: Mapping[str, float], prefix: str) -> dict[str, Any]:
+    """The return gain of each role between two validations' metrics (:func:`role_metrics` names), and their mean
+    with equal weight per role: the game outcome of the normalisation-matrix study
+    (``benchmarks/normalisation_matrix/PROTOCOL.md``, "Outcomes": "computed per role and then averaged over the
+    roles with equal weight"). With as many episodes per role in both (``opponent_seat: rotate`` over an even
+    ``eval.k``) the mean equals the pooled paired gain ``<prefix>/return_gain``; it differs where the seats' shares
+    differ.
+
+    Args:
+        before, after: ``{name: value}`` rows of two validations, e.g. iteration 0 and the last.
+        prefix: the validation's prefix, e.g. ``"val/random-v0"``.
+
+    Returns:
+        ``{"gain": mean over roles, "roles": {role: after - before of <prefix>/<role>/return}}``, over the roles
+        (not ``all``) with a return in both rows, sorted.
+
+    Raises:
+        ValueError: no role has a return in both rows.
+    """
+    head, tail = f"{prefix}/", "/return"
+    roles = sorted(k[len(head):-len(tail)] for k in before if k.startswith(head) and k.endswith(tail)
+                   and k.count("/") == head.count("/") + 1 and k != f"{head}all{tail}" and k in after)  # fmt: skip
+    if not roles:
+        raise ValueError(f"no role has a return ({head}<role>{tail}) in both validations")
+    gains = {r: float(after[f"{head}{r}{tail}"]) - float(before[f"{head}{r}{tail}"]) for r in roles}
+    return {"gain": math.fsum(gains.values()) / len(gains), "roles": gains}
 
 
 def stats_line(metrics: Mapping[str, float], prefix: str, role: str = "all") -> str:

@@ -93,6 +93,24 @@ def test_run_record_reads_gain_grad_norms_advantage_scale_and_critic():
         _module().run_record(_rows()[1:])
 
 
+def test_a_game_runs_record_is_its_return_gain_averaged_over_the_roles():
+    """A game validates one task (the rules), so avg@k has no per-task gain; the record's outcome is the return
+    against the first validation opponent, its gain the mean of the seats' gains (PROTOCOL.md's game outcome)."""
+
+    def val(it, r0, r1, **extra):
+        return {"iteration": it, "val/avg@256": 0.5, "val/avg@256_stderr": 0.03, "val/random-v0/all/return": (r0 + r1) / 2,
+                "val/random-v0/all/return_se": 0.1, "val/random-v0/player_0/return": r0,
+                "val/random-v0/player_1/return": r1, "val/cfr-v0/all/return": -1.0, **extra}  # fmt: skip
+
+    rows = [val(0, 0.125, -0.125), {"iteration": 1, "loss/shared/grad_norm": 1.0},
+            val(2, 0.5, 0.0, **{"val/random-v0/return_gain": 0.25, "val/random-v0/return_gain_se": 0.08})]  # fmt: skip
+    rec = _module().run_record(rows)
+    assert rec["outcome"] == "return vs random-v0" and rec["k"] == 256
+    assert (rec["initial"], rec["final"], rec["final_stderr"]) == (0.0, 0.25, 0.1)
+    assert rec["gain"] == pytest.approx((0.375 + 0.125) / 2) and rec["gain_stderr"] == 0.08
+    assert _module().run_record(_rows())["outcome"] == "held-out avg@4"
+
+
 def test_pooled_cell_is_avg_and_unbiased_pass_at_k_over_every_seeds_tasks():
     cell = _module().pooled_cell([{"a": 1.0, "b": 0.5}, {"c": 0.0, "d": 0.25}], 4)
     assert (cell["num_tasks"], cell["num_episodes"], cell["samples_per_task"]) == (4, 16, 4)

@@ -132,3 +132,26 @@ def test_before_three_seeds_there_is_no_verdict_yet():
     one = {2000: {"G-T": 0.375, "G-C": 0.320, "A-C": 0.234}}
     verdict = nm.setting_verdict(nm.family(one, nm.PRIMARY), nm.family(one, nm.SCALE))
     assert verdict["sentence"] == "no verdict yet: the contrasts have n = 1 seed(s) so far; the protocol's verdict uses n = 3"
+
+
+def test_holm_runs_across_the_settings_of_a_family():
+    """PROTOCOL.md: the primary family is 4 contrasts per setting, 8 in all: Holm over both settings' p-values. The
+    same table in two settings doubles m, so 'grouping | call' (raw p ~ 0.0027) needs 8 p instead of 4 p."""
+
+    def outcome(table):
+        primary, scale = nm.family(table, nm.PRIMARY), nm.family(table, nm.SCALE)
+        return {"primary": primary, "scale": scale, "verdict": nm.setting_verdict(primary, scale),
+                "extension_due": nm.extension_due(primary)}  # fmt: skip
+
+    one = {"math": outcome(_table())}
+    before = {n: r["p_holm"] for n, r in one["math"]["primary"].items()}
+    nm.holm_across(one)
+    assert {n: r["p_holm"] for n, r in one["math"]["primary"].items()} == before  # one setting: unchanged
+    two = {"math": outcome(_table()), "game": outcome(_table())}
+    nm.holm_across(two)
+    raw = [r["p"] for o in two.values() for r in o["primary"].values()]
+    assert [r["p_holm"] for o in two.values() for r in o["primary"].values()] == pytest.approx(nm.holm(raw))
+    call = two["game"]["primary"]["grouping | call"]
+    assert call["p_holm"] == pytest.approx(8 * call["p"])  # the smallest p (twice): 8 p, then max(8 p, 7 p)
+    assert call["verdict"] == ("moves the result (+)" if 8 * call["p"] <= 0.05 else "nominal only")
+    assert two["math"]["verdict"]["grouping moves the result"] == call["verdict"].startswith("moves")

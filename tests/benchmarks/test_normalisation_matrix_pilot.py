@@ -35,7 +35,7 @@ def test_run_outcome_averages_the_roles_gains_with_equal_weight():
 def test_run_outcome_errors():
     with pytest.raises(ValueError, match="iteration 0"):
         pilot.run_outcome({"4": {"val/random-v0/player_0/return": 0.1}})
-    with pytest.raises(ValueError, match="per-role return"):
+    with pytest.raises(ValueError, match="no role has a return"):
         pilot.run_outcome({"0": {"val/random-v0/all/return": 0.1}, "4": {"val/random-v0/all/return": 0.2}})
 
 

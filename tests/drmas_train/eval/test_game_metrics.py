@@ -9,7 +9,13 @@ import pytest
 
 from drmas_envs.core import Task
 from drmas_envs.core.episode import EpisodeRecord
-from drmas_train.eval.game_metrics import episode_returns, paired_gain, role_metrics, stats_line
+from drmas_train.eval.game_metrics import (
+    episode_returns,
+    paired_gain,
+    role_metrics,
+    role_return_gain,
+    stats_line,
+)
 
 
 def _record(r0: float, r1: float, learners: list[str] | None) -> EpisodeRecord:
@@ -72,3 +78,13 @@ def test_paired_gain_golden_and_errors():
     assert paired_gain([1.0], [0.0]) == (1.0, None)
     with pytest.raises(ValueError, match=re.escape("paired gain needs the same episodes: 2 now vs 1 before")):
         paired_gain([1.0, 2.0], [0.0])
+
+
+def test_role_return_gain_weighs_the_roles_equally():
+    before = {"val/r/player_0/return": 0.5, "val/r/player_1/return": -0.5, "val/r/all/return": 0.0,
+              "val/r/player_0/return_se": 0.1, "val/r/player_2/return": 1.0, "val/s/player_0/return": 9.0}  # fmt: skip
+    after = {"val/r/player_0/return": 1.0, "val/r/player_1/return": 0.25, "val/r/all/return": 0.625}
+    out = role_return_gain(before, after, "val/r")
+    assert out == {"gain": pytest.approx((0.5 + 0.75) / 2), "roles": {"player_0": 0.5, "player_1": 0.75}}
+    with pytest.raises(ValueError, match="no role has a return"):
+        role_return_gain(before, after, "val/cfr-v0")
