@@ -89,12 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         user = user or load_config("quickstart_kuhn").env.kwargs["user_prompt"]
         env = drmas_envs.make("openspiel/kuhn_poker-v0", opponent="random-v0", opponent_seat="rotate",
                               system_prompt=system, user_prompt=user)  # fmt: skip
-        prompts, legal = [], []
-        for g in range(args.hands):
-            env.reset(seed=g, options={"rollout_index": g})
-            obs = env.observe(env.agent_selection)
-            prompts.append(list(obs["messages"]))
-            legal.append(env.unwrapped._legal_names(env.unwrapped.possible_agents.index(env.agent_selection)))
+        prompts, legal = first_decisions(env, args.hands)
         for temp in (float(t) for t in args.temperatures.split(",")):
             t1 = time.perf_counter()
             gens = backend.generate(prompts, SamplingParams(temperature=temp, max_new_tokens=args.max_new_tokens, seed=0))
@@ -108,6 +103,18 @@ def main(argv: list[str] | None = None) -> int:
                 "example": gens[0].text,
             }
     return _emit(out, args.out)
+
+
+def first_decisions(env: Any, hands: int) -> tuple[list[list[dict]], list[list[str]]]:
+    """The chat messages and legal move names of the first decision in ``hands`` seeded games of ``env`` (reset seed
+    g, rollout index g: seats rotated as in a group)."""
+    prompts, legal = [], []
+    for g in range(hands):
+        env.reset(seed=g, options={"rollout_index": g})
+        obs = env.observe(env.agent_selection)
+        prompts.append(list(obs["messages"]))
+        legal.append(env.unwrapped._legal_names(env.unwrapped.possible_agents.index(env.agent_selection)))
+    return prompts, legal
 
 
 def _emit(out: dict, path: str | None) -> int:
@@ -134,12 +141,7 @@ def _preset_rows(backend: Any, preset: str, args: argparse.Namespace) -> dict[st
     env = drmas_envs.make(cfg.env.id, **dict(cfg.env.kwargs))
     if not hasattr(env.unwrapped, "_legal_names"):
         raise ConfigError(f"--presets {preset}: env {cfg.env.id!r} is not a game of drmas_envs.games")
-    prompts, legal = [], []
-    for g in range(args.hands):
-        env.reset(seed=g, options={"rollout_index": g})
-        obs = env.observe(env.agent_selection)
-        prompts.append(list(obs["messages"]))
-        legal.append(env.unwrapped._legal_names(env.unwrapped.possible_agents.index(env.agent_selection)))
+    prompts, legal = first_decisions(env, args.hands)
     rows = {}
     for temp in (float(t) for t in args.temperatures.split(",")):
         t1 = time.perf_counter()

@@ -17,6 +17,8 @@ four runs, if that mean exceeds 2 SE (sample std of the four, ddof 1, / 2); othe
 
 Writes ``pilot.json`` (every run's record, the per-candidate table and the choice) and prints it; a finished run
 keeps its record (``pilot_run.json`` in its run directory) and is reused, so the pilot continues across sessions.
+So does a failed run's or an over-limit run's record: the protocol re-runs a failed run once, by deleting its run
+directory and invoking the pilot again.
 
     python benchmarks/normalisation_matrix/pilot.py --jobs 2           # the protocol's 12 runs
     python benchmarks/normalisation_matrix/pilot.py --finished-only    # the table of the runs finished so far

@@ -22,15 +22,18 @@ Writes ``results.json`` (every run's record plus ``normalisation_matrix``: the o
 ``normalisation_matrix.png`` (:func:`plot_outcomes`), and prints one JSON object. Exit codes as ``estimators.py``:
 0 ok, 1 a run failed, 2 bad arguments.
 
-    python benchmarks/normalisation_matrix/run.py --jobs 2          # the protocol's math runs: 24, 6-10 h on 2 cores
+    python benchmarks/normalisation_matrix/run.py --jobs 2          # the protocol's runs: 2 settings x 8 arms x 3 seeds
     python benchmarks/normalisation_matrix/run.py --finished-only   # outcomes of the runs finished so far
+    python benchmarks/normalisation_matrix/run.py --settings game --jobs 2   # the game's 24 runs (7-11 min each in the pilot)
     python benchmarks/normalisation_matrix/run.py --arms A-C G-T --iterations 1 --out runs/nm_smoke \\
         models.shared.name_or_path=tiny-llama                        # a smoke run (not the protocol)
 
 A study measured over several sessions: each invocation trains what is missing and reuses the rest; ``--finished-only``
 trains nothing and computes the outcomes over the seeds where both arms of a contrast finished (the rest is listed
 under ``pending``). Anything but the protocol's seeds, iterations and no overrides prints ``"protocol": false``.
-The game setting joins :data:`SETTINGS` by the amendment that names its preset after the pilot (PROTOCOL.md).
+The game setting joined :data:`SETTINGS` by amendment 1 (PROTOCOL.md): the pilot (``pilot.py``, ``pilot.md``)
+chose Kuhn poker, ``quickstart_game_kuhn_poker``; a game run's outcome is its return gain against the random
+player averaged over the seats (``estimators.py``'s record of a game run).
 """
 
 from __future__ import annotations
@@ -63,6 +66,17 @@ SETTINGS: dict[str, dict[str, str]] = {
         "A-C-bstd": "quickstart_math_cell_agent_call_batchstd",
         "A-T-mean": "quickstart_math_cell_agent_traj_mean",
         "A-T-bstd": "quickstart_math_cell_agent_traj_batchstd",
+    },
+    # amendment 1 (PROTOCOL.md): the game pilot (pilot.md) chose Kuhn poker against the uniform random player
+    "game": {
+        "G-T": "quickstart_game_kuhn_poker_grpo",
+        "G-C": "quickstart_game_kuhn_poker_grpo_step",
+        "A-C": "quickstart_game_kuhn_poker",
+        "A-T": "quickstart_game_kuhn_poker_cell_agent_traj",
+        "A-C-mean": "quickstart_game_kuhn_poker_cell_agent_call_mean",
+        "A-C-bstd": "quickstart_game_kuhn_poker_cell_agent_call_batchstd",
+        "A-T-mean": "quickstart_game_kuhn_poker_cell_agent_traj_mean",
+        "A-T-bstd": "quickstart_game_kuhn_poker_cell_agent_traj_batchstd",
     },
 }
 #: PROTOCOL.md "Contrasts": name -> (arm X, arm Y), d = outcome(X) - outcome(Y)
@@ -290,7 +304,8 @@ def setting_outcomes(arms: Mapping[str, str], runs: Sequence[Mapping[str, Any]],
         xs = {r["seed"]: r for r in by_arm[x]}
         d = [xs[r["seed"]]["final_scores"][t] - r["final_scores"][t] for r in by_arm[y] if r["seed"] in xs
              for t in sorted(r["final_scores"]) if t in xs[r["seed"]]["final_scores"]]  # fmt: skip
-        per_task[name] = pe.mean_stderr(d) if d else None
+        # per-task differences need several held-out tasks; a game validates one (its rules) on many seeded games
+        per_task[name] = pe.mean_stderr(d) if len(d) > len({r["seed"] for r in by_arm[y]}) else None
     return {
         "arms": {a: {"preset": arms[a],
                      "gain": pe.mean_stderr([r["gain"] for r in by_arm[a]]) if by_arm[a] else None,
@@ -330,7 +345,8 @@ def plot_outcomes(outcomes: Mapping[str, Mapping[str, Any]], path: Path) -> Any:
             if arm["gain"] is not None:
                 top.errorbar([x + 0.15], [arm["gain"]["mean"]], yerr=[arm["gain"]["stderr"] or 0.0], fmt="s",
                              color="C3", capsize=4)  # fmt: skip
-        top.set(xticks=range(len(names)), xticklabels=names, ylabel="held-out gain", title=f"{setting}: gain per arm")
+        top.set(xticks=range(len(names)), xticklabels=names, ylabel="held-out gain (avg@k; a game: return)",
+                title=f"{setting}: gain per arm")  # fmt: skip
         top.axhline(0.0, color="0.85", lw=0.8)
         roles = sorted({r for a in names for r in o["arms"][a]["secondary"]["roles"]})
         width = 0.8 / max(len(roles), 1)

@@ -14,22 +14,28 @@ nm = load_script("benchmarks/normalisation_matrix/run.py")
 
 def test_the_arms_are_the_protocols_presets():
     """Each arm's preset resolves to its cell: per-agent grouping or not, units, scale (an estimator's own defaults
-    where the preset names only the estimator, e.g. ``grpo_step`` = global grouping over calls)."""
+    where the preset names only the estimator, e.g. ``grpo_step`` = global grouping over calls), and differs from
+    its setting's A-C preset in nothing else (but its run name and directory; PROTOCOL.md "Arms")."""
     from drmas_train.algorithm.advantages import DEFAULT_GROUPING
     from drmas_train.algorithm.grouping import cell, resolve_scale
-    from drmas_train.run.config import list_presets, load_config
+    from drmas_train.run.config import list_presets, load_config, to_yaml
 
-    arms = nm.SETTINGS["math"]
-    assert len(arms) == 8 and set(arms.values()) <= set(list_presets())
-    for arm, preset in arms.items():
-        alg = load_config(preset).algorithm
-        per_agent, units = cell(alg.grouping or DEFAULT_GROUPING[alg.estimator], alg.units)
-        parts = arm.split("-")
-        expected_scale = {"mean": "mean", "bstd": "batch_std"}.get(parts[2] if len(parts) > 2 else "", "std")
-        assert (per_agent, units, resolve_scale(alg.scale, alg.norm_by_std)) == (
-            parts[0] == "A", {"T": "trajectory", "C": "call"}[parts[1]], expected_scale), arm
-    for x, y in [*nm.PRIMARY.values(), *nm.SCALE.values()]:
-        assert x in arms and y in arms
+    assert set(nm.SETTINGS) == {"math", "game"}
+    for setting, arms in nm.SETTINGS.items():
+        assert len(arms) == 8 and set(arms.values()) <= set(list_presets())
+        base = load_config(arms["A-C"])  # the setting's own preset; the other arms differ only in the cell
+        for arm, preset in arms.items():
+            cfg = load_config(preset)
+            alg = cfg.algorithm
+            per_agent, units = cell(alg.grouping or DEFAULT_GROUPING[alg.estimator], alg.units)
+            parts = arm.split("-")
+            expected_scale = {"mean": "mean", "bstd": "batch_std"}.get(parts[2] if len(parts) > 2 else "", "std")
+            assert (per_agent, units, resolve_scale(alg.scale, alg.norm_by_std)) == (
+                parts[0] == "A", {"T": "trajectory", "C": "call"}[parts[1]], expected_scale), (setting, arm)
+            cfg.algorithm, cfg.run.dir, cfg.run.name = base.algorithm, base.run.dir, base.run.name  # only the cell differs
+            assert to_yaml(cfg) == to_yaml(base), (setting, arm)
+        for x, y in [*nm.PRIMARY.values(), *nm.SCALE.values()]:
+            assert x in arms and y in arms
 
 
 def test_paired_t_from_the_definition():
