@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -81,13 +80,13 @@ def run_outcome(validation: Mapping[str, Mapping[str, float]], opponent: str = O
         raise ValueError(f"the gain needs a validation at iteration 0 and a later one; validated: {iters}")
     first, last = validation[str(iters[0])], validation[str(iters[-1])]
     prefix = f"val/{opponent}/"
-    role_gain = role_return_gain(first, last, prefix.rstrip("/"))["roles"]
-    roles = list(role_gain)
+    gain = role_return_gain(first, last, prefix.rstrip("/"))
+    roles = list(gain["roles"])
     initial = {r: first[f"{prefix}{r}/return"] for r in roles}
     final = {r: last[f"{prefix}{r}/return"] for r in roles}
     return {
-        "gain": statistics.fmean(role_gain.values()),
-        "role_gain": role_gain,
+        "gain": gain["gain"],
+        "role_gain": gain["roles"],
         "initial": initial,
         "final": final,
         "final_win": {r: last.get(f"{prefix}{r}/win") for r in roles},
@@ -109,13 +108,15 @@ def choose(runs: Sequence[Mapping[str, Any]], limit_s: float = LIMIT_S,
         "did not learn"); ``chosen``: the qualifying candidate with the largest mean, or None (the game setting
         is dropped).
     """
+    from drmas_train.eval.metrics import mean_stderr
+
     table: dict[str, dict[str, Any]] = {}
     for cand in dict.fromkeys(r["candidate"] for r in runs):
         rows = [r for r in runs if r["candidate"] == cand]
         gains = [r["outcome"]["gain"] for r in rows if r["status"] == "finished"]
         walls = [r["wall_time_s"] for r in rows if r.get("wall_time_s") is not None]
-        mean = statistics.fmean(gains) if gains else None
-        se = statistics.stdev(gains) / len(gains) ** 0.5 if len(gains) >= 2 else None
+        est = mean_stderr(gains) if gains else None
+        mean, se = (est.value, est.stderr) if est else (None, None)
         slow = any(r["status"] == "over_limit" or (r.get("wall_time_s") or 0) > limit_s for r in rows)
         failed = any(r["status"] == "failed" for r in rows)
         eligible = not slow and not failed and len(gains) == expected_runs
